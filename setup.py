@@ -1,0 +1,56 @@
+"""Build flash_attn_ext._C with torch.utils.cpp_extension.
+
+CUDA sources are compiled whenever a CUDA toolkit and a CUDA-enabled torch are present (no GPU is needed);
+FLASH_ATTN_EXT_FORCE_CPU=1 builds the CPU kernels alone. TORCH_CUDA_ARCH_LIST is respected; with no GPU to
+detect it defaults to sm_80 and sm_90.
+"""
+import glob
+import os
+
+from setuptools import find_packages, setup
+
+import torch
+from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+
+
+def _flag(name):
+    return os.environ.get(name, "0").lower() in ("1", "true", "yes", "on")
+
+
+def _use_cuda():
+    if _flag("FLASH_ATTN_EXT_FORCE_CPU"):
+        return False
+    return CUDA_HOME is not None and torch.version.cuda is not None
+
+
+def _sources(pattern):
+    return sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "csrc", "**", pattern), recursive=True))
+
+
+def _extension():
+    cxx = ["-O3", "-std=c++17", "-fopenmp"]
+    if not _use_cuda():
+        return CppExtension("flash_attn_ext._C", _sources("*.cpp"), extra_compile_args={"cxx": cxx},
+                            extra_link_args=["-fopenmp"])
+    if "TORCH_CUDA_ARCH_LIST" not in os.environ and not torch.cuda.is_available():
+        os.environ["TORCH_CUDA_ARCH_LIST"] = "8.0;9.0"
+    nvcc = ["-O3", "-std=c++17", "--expt-relaxed-constexpr", "-lineinfo",
+            "-U__CUDA_NO_HALF_OPERATORS__", "-U__CUDA_NO_HALF_CONVERSIONS__",
+            "-U__CUDA_NO_BFLOAT16_OPERATORS__", "-U__CUDA_NO_BFLOAT16_CONVERSIONS__"]
+    if _flag("FLASH_ATTN_EXT_PTXAS_VERBOSE"):
+        nvcc.append("-Xptxas=-v")
+    return CUDAExtension("flash_attn_ext._C", _sources("*.cpp") + _sources("*.cu"),
+                         define_macros=[("FLASH_ATTN_EXT_WITH_CUDA", None)],
+                         extra_compile_args={"cxx": cxx + ["-DFLASH_ATTN_EXT_WITH_CUDA"], "nvcc": nvcc},
+                         extra_link_args=["-fopenmp"])
+
+
+setup(
+    name="flash_attn_ext",
+    version="0.1.0",
+    packages=find_packages(include=["flash_attn_ext", "flash_attn_ext.*"]),
+    ext_modules=[_extension()],
+    cmdclass={"build_ext": BuildExtension},
+)

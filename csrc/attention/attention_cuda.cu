@@ -1,0 +1,176 @@
+// Host side of the CUDA attention ops: fills AttentionParams from tensors, picks the kernel, the head-dim
+// tile and the number of key splits in one place, and registers the CUDA kernels of the ops.
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/ops/empty.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "attention/attention_fwd_api.h"
+#include "attention/attention_problem.h"
+
+namespace flash_attn_ext {
+namespace {
+
+constexpr const char* kOp = "flash_attn_ext.attention";
+
+// The tensor-core kernel reads rows with 16-byte cp.async: base pointers and row/head/batch strides must be
+// multiples of 16 bytes. Anything else is copied once into a contiguous (hence aligned) tensor.
+at::Tensor aligned_for_vector_loads(const at::Tensor& t) {
+  const int64_t elems = 16 / t.element_size();
+  const bool aligned = reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0 && t.stride(0) % elems == 0 &&
+                       t.stride(1) % elems == 0 && t.stride(2) % elems == 0;
+  return aligned ? t : t.contiguous();
+}
+
+int dtype_code(at::ScalarType st) {
+  switch (st) {
+    case at::kFloat: return 0;
+    case at::kHalf: return 1;
+    case at::kBFloat16: return 2;
+    default: TORCH_CHECK(false, kOp, ": unsupported dtype ", st);
+  }
+}
+
+AttentionParams make_params(const AttentionProblem& pr, const at::Tensor& q, const at::Tensor& k,
+                            const at::Tensor& v) {
+  AttentionParams p{};
+  p.q = q.data_ptr();
+  p.k = k.data_ptr();
+  p.v = v.data_ptr();
+  p.out = pr.out.data_ptr();
+  p.lse = pr.lse.data_ptr<float>();
+  p.q_batch_stride = q.stride(0), p.q_head_stride = q.stride(1), p.q_row_stride = q.stride(2);
+  p.k_batch_stride = k.stride(0), p.k_head_stride = k.stride(1), p.k_row_stride = k.stride(2);
+  p.v_batch_stride = v.stride(0), p.v_head_stride = v.stride(1), p.v_row_stride = v.stride(2);
+  p.o_batch_stride = pr.out.stride(0), p.o_head_stride = pr.out.stride(1), p.o_row_stride = pr.out.stride(2);
+  TORCH_CHECK(pr.seqlen_q * (pr.heads_q / pr.heads_kv) < std::numeric_limits<int>::max() &&
+                  pr.seqlen_k < std::numeric_limits<int>::max() && pr.batch * pr.heads_q < std::numeric_limits<int>::max(),
+              kOp, ": sequence or batch*heads too large for 32-bit tile indices");
+  p.batch = static_cast<int>(pr.batch);
+  p.heads_q = static_cast<int>(pr.heads_q);
+  p.heads_kv = static_cast<int>(pr.heads_kv);
+  p.seqlen_q = static_cast<int>(pr.seqlen_q);
+  p.seqlen_k = static_cast<int>(pr.seqlen_k);
+  p.head_dim = static_cast<int>(pr.head_dim);
+  p.group = static_cast<int>(pr.heads_q / pr.heads_kv);
+  p.packed_rows = p.seqlen_q * p.group;
+  p.scale = static_cast<float>(pr.scale);
+  p.scale_log2 = static_cast<float>(pr.scale * M_LOG2E);
+  p.causal = pr.causal;
+  p.num_splits = 1;
+  p.tiles_per_split = std::numeric_limits<int>::max() / 2;
+  return p;
+}
+
+// Split the keys across blocks only when the (m block, batch, kv head) grid leaves most SMs idle
+// (decoding, short prompts against long caches); each split keeps at least 4 key tiles of work.
+int choose_num_splits(int64_t blocks, int key_tiles, int num_sms) {
+  if (blocks >= num_sms || key_tiles < 8) return 1;
+  const int64_t want = (2 * num_sms + blocks - 1) / blocks;
+  return static_cast<int>(std::min<int64_t>({want, key_tiles / 4, 128}));
+}
+
+template <typename T, int kHeadDim>
+void run_tensor_core(AttentionParams& p, at::ScalarType dtype, cudaStream_t stream) {
+  constexpr int kBlockN = 64;  // keys per tile in every configuration (attention_traits.cuh)
+  const int64_t m_blocks = (p.packed_rows + attention_fwd_block_m<T, kHeadDim>() - 1) /
+                           attention_fwd_block_m<T, kHeadDim>();
+  const int key_tiles = (p.seqlen_k + kBlockN - 1) / kBlockN;
+  const int num_sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  const int splits = choose_num_splits(m_blocks * p.batch * p.heads_kv, key_tiles, num_sms);
+  if (splits == 1) {
+    run_attention_fwd<T, kHeadDim>(p, stream);
+    return;
+  }
+  const auto opts = at::TensorOptions().dtype(at::kFloat).device(at::kCUDA, at::cuda::current_device());
+  at::Tensor out_accum = at::empty({splits, p.batch, p.heads_q, p.seqlen_q, p.head_dim}, opts);
+  at::Tensor lse_accum = at::empty({splits, p.batch, p.heads_q, p.seqlen_q}, opts);
+  p.num_splits = splits;
+  p.tiles_per_split = (key_tiles + splits - 1) / splits;
+  p.out_accum = out_accum.data_ptr<float>();
+  p.lse_accum = lse_accum.data_ptr<float>();
+  run_attention_fwd<T, kHeadDim>(p, stream);
+
+  MergeParams mp{};
+  mp.outs = p.out_accum;
+  mp.lses = p.lse_accum;
+  mp.out = p.out;
+  mp.lse = p.lse;
+  mp.rows = static_cast<int64_t>(p.batch) * p.heads_q * p.seqlen_q;
+  mp.splits = splits;
+  mp.head_dim = p.head_dim;
+  mp.heads = p.heads_q;
+  mp.seqlen = p.seqlen_q;
+  mp.o_batch_stride = p.o_batch_stride, mp.o_head_stride = p.o_head_stride, mp.o_row_stride = p.o_row_stride;
+  run_merge_attention(mp, /*in_dtype=*/0, dtype_code(dtype), stream);
+}
+
+// The one dispatch site: dtype x head-dim tile (the head dim is padded up to the next tile width).
+template <typename T>
+void dispatch_head_dim(AttentionParams& p, at::ScalarType dtype, cudaStream_t stream) {
+  const int d = p.head_dim;
+  if (d <= 32) return run_tensor_core<T, 32>(p, dtype, stream);
+  if (d <= 64) return run_tensor_core<T, 64>(p, dtype, stream);
+  if (d <= 96) return run_tensor_core<T, 96>(p, dtype, stream);
+  if (d <= 128) return run_tensor_core<T, 128>(p, dtype, stream);
+  if (d <= 192) return run_tensor_core<T, 192>(p, dtype, stream);
+  if (d <= 256) return run_tensor_core<T, 256>(p, dtype, stream);
+  TORCH_CHECK(false, kOp, ": head dim ", d, " is not supported");
+}
+
+std::tuple<at::Tensor, at::Tensor> attention_cuda(const at::Tensor& q_in, const at::Tensor& k_in,
+                                                  const at::Tensor& v_in, bool causal, c10::optional<double> scale) {
+  AttentionProblem pr = make_attention_problem(q_in, k_in, v_in, causal, scale);
+  if (pr.out.numel() == 0) return {pr.out, pr.lse};
+  if (pr.seqlen_k == 0) {  // every query sees no key
+    pr.out.zero_();
+    pr.lse.fill_(-std::numeric_limits<double>::infinity());
+    return {pr.out, pr.lse};
+  }
+  const c10::cuda::CUDAGuard guard(q_in.device());
+  const at::Tensor q = aligned_for_vector_loads(pr.q), k = aligned_for_vector_loads(pr.k),
+                   v = aligned_for_vector_loads(pr.v);
+  AttentionParams p = make_params(pr, q, k, v);
+  cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  switch (q.scalar_type()) {
+    case at::kHalf: dispatch_head_dim<__half>(p, q.scalar_type(), stream); break;
+    case at::kBFloat16: dispatch_head_dim<__nv_bfloat16>(p, q.scalar_type(), stream); break;
+    case at::kFloat: run_attention_fwd_fp32(p, stream); break;
+    default: TORCH_CHECK(false, kOp, ": unsupported dtype ", q.scalar_type());
+  }
+  return {pr.out, pr.lse};
+}
+
+std::tuple<at::Tensor, at::Tensor> merge_attention_cuda(const at::Tensor& outs, const at::Tensor& lses) {
+  MergeProblem mp = make_merge_problem(outs, lses);
+  const c10::cuda::CUDAGuard guard(outs.device());
+  MergeParams p{};
+  p.outs = mp.outs.data_ptr();
+  p.lses = mp.lses.data_ptr<float>();
+  p.out = mp.out.data_ptr();
+  p.lse = mp.lse.data_ptr<float>();
+  p.rows = mp.rows;
+  p.splits = static_cast<int>(mp.splits);
+  p.head_dim = static_cast<int>(mp.head_dim);
+  p.heads = static_cast<int>(mp.out.size(1));
+  p.seqlen = static_cast<int>(mp.out.size(2));
+  p.o_batch_stride = mp.out.stride(0), p.o_head_stride = mp.out.stride(1), p.o_row_stride = mp.out.stride(2);
+  const int code = dtype_code(mp.outs.scalar_type());
+  run_merge_attention(p, code, code, at::cuda::getCurrentCUDAStream());
+  return {mp.out, mp.lse};
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(flash_attn_ext, CUDA, m) {
+  m.impl("attention", &attention_cuda);
+  m.impl("merge_attention", &merge_attention_cuda);
+}
+
+}  // namespace flash_attn_ext

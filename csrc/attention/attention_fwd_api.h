@@ -1,0 +1,35 @@
+#pragma once
+// Declarations of the CUDA attention launchers, so the host dispatch compiles without the kernels.
+#include <cuda_runtime.h>
+
+#include "attention/attention_params.h"
+
+namespace flash_attn_ext {
+
+// Tensor-core forward for fp16/bf16 (`T` is __half or __nv_bfloat16); head_dim <= kHeadDim.
+template <typename T, int kHeadDim>
+void run_attention_fwd(const AttentionParams& p, cudaStream_t stream);
+
+// Packed query rows per block of that instantiation (the split-KV heuristic needs the block count).
+template <typename T, int kHeadDim>
+int attention_fwd_block_m();
+
+// SIMT forward for fp32 inputs, fp32 math throughout (no tf32), for accuracy rather than speed.
+void run_attention_fwd_fp32(const AttentionParams& p, cudaStream_t stream);
+
+// out[row] = sum_i exp(lse_i[row] - lse[row]) * outs_i[row] with rows = (b, h, s) of a (B, H, S) grid;
+// partials are contiguous (splits, B*H*S, D); `out` is addressed through (b, h, s) strides.
+struct MergeParams {
+  const void* outs;
+  const float* lses;
+  void* out;
+  float* lse;
+  int64_t rows;
+  int splits, head_dim, heads, seqlen;
+  int64_t o_batch_stride, o_head_stride, o_row_stride;
+};
+
+// in_dtype/out_dtype: 0 float32, 1 float16, 2 bfloat16.
+void run_merge_attention(const MergeParams& p, int in_dtype, int out_dtype, cudaStream_t stream);
+
+}  // namespace flash_attn_ext

@@ -98,3 +98,14 @@ def sdpa_baseline(q, k, v, causal: bool = False, scale: Optional[float] = None) 
     if causal:
         mask = causal_lower_right(sq, sk) if sq <= sk else causal_mask(sq, sk, q.device)
     return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+
+
+def merge_ref(outs, lses) -> Tuple[torch.Tensor, torch.Tensor]:
+    """fp64 merge of N partial results: blocks with lse -inf (and whatever their out holds) are ignored; a row
+    with no finite lse gets out 0 and lse -inf."""
+    outs, lses = outs.double(), lses.double()
+    live = lses != -math.inf
+    lse = torch.logsumexp(lses, dim=0)  # -inf where every block is -inf
+    w = torch.where(live, torch.exp(lses - lse.masked_fill(lse == -math.inf, 0.0)), 0.0)
+    out = (w[..., None] * torch.where(live[..., None], outs, 0.0)).sum(0)
+    return out, lse

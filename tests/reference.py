@@ -1,0 +1,111 @@
+"""fp64 references, the error metric, device parameters and the output poison shared by the tests.
+
+The references compute in float64 from the *same* (already rounded) inputs the op sees, so the difference
+measures the op's arithmetic alone. Their results are ground truth for the bounds in the tests; torch's own
+kernels in the op's dtype serve as the baseline that says how much error is reasonable.
+"""
+import math
+from typing import Optional, Tuple
+
+import pytest
+import torch
+
+HAS_CUDA = torch.cuda.is_available()
+
+# Every device-parametrized test runs on the CPU, and on CUDA when a GPU is present (skipped otherwise).
+DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.cuda,
+                                              pytest.mark.skipif(not HAS_CUDA, reason="no CUDA GPU")])]
+requires_cuda = pytest.mark.skipif(not HAS_CUDA, reason="no CUDA GPU")
+
+
+def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """||out - ref|| / ||ref|| in float64; the absolute norm when ``ref`` is all zeros (or empty)."""
+    diff = (out.double() - ref.double()).norm().item()
+    denom = ref.double().norm().item()
+    return diff / denom if denom > 0 else diff
+
+
+def poison(device, nbytes: int = 1 << 24) -> None:
+    """Fill the CUDA caching allocator with NaN bytes so output elements a kernel never writes read as NaN.
+
+    The ops allocate their outputs, so the only way to poison them is through the allocator: blocks freed
+    here go back to its cache (large and small pools) and are handed out again to the next allocations.
+    All-ones bytes are NaN in float16, bfloat16, float32 and float64 alike. A no-op on the CPU, whose
+    allocator gives fresh pages back to the OS and back from it.
+    """
+    if torch.device(device).type != "cuda":
+        return
+    large = torch.full((max(nbytes, 2 << 20),), 255, dtype=torch.uint8, device=device)
+    small = [torch.full((1 << 20,), 255, dtype=torch.uint8, device=device) for _ in range(2)]
+    del large, small
+
+
+# --- softmax family -----------------------------------------------------------------------------------------
+
+def softmax_ref(x: torch.Tensor, dim: int) -> torch.Tensor:
+    return torch.softmax(x.double(), dim)
+
+
+def log_softmax_ref(x: torch.Tensor, dim: int) -> torch.Tensor:
+    return torch.log_softmax(x.double(), dim)
+
+
+def logsumexp_ref(x: torch.Tensor, dim: int, keepdim: bool = False) -> torch.Tensor:
+    return torch.logsumexp(x.double(), dim, keepdim)
+
+
+# --- attention ----------------------------------------------------------------------------------------------
+
+def causal_mask(sq: int, sk: int, device) -> torch.Tensor:
+    """Bottom-right aligned causal mask, True where query i may see key j (j <= i + sk - sq)."""
+    i = torch.arange(sq, device=device)[:, None]
+    j = torch.arange(sk, device=device)[None, :]
+    return j <= i + (sk - sq)
+
+
+def attention_ref(q, k, v, causal: bool = False, scale: Optional[float] = None
+                  ) -> Tuple[torch.Tensor, torch.Tensor]:
+    """fp64 ``softmax(scale * q @ k^T [masked]) @ v`` and its natural-log lse, by explicit matmul.
+
+    GQA: query head h reads kv head h // (Hq // Hk). Rows that see no key get out 0 and lse -inf.
+    """
+    q, k, v = q.double(), k.double(), v.double()
+    group = q.shape[1] // k.shape[1]
+    k = k.repeat_interleave(group, dim=1)
+    v = v.repeat_interleave(group, dim=1)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    s = torch.matmul(q, k.transpose(-1, -2)) * scale  # (B, Hq, Sq, Sk)
+    if causal:
+        s = s.masked_fill(~causal_mask(q.shape[2], k.shape[2], q.device), -math.inf)
+    lse = torch.logsumexp(s, dim=-1)
+    p = torch.exp(s - lse[..., None]).nan_to_num(nan=0.0)  # rows with lse -inf: all-zero weights
+    return torch.matmul(p, v), lse
+
+
+def sdpa_baseline(q, k, v, causal: bool = False, scale: Optional[float] = None) -> torch.Tensor:
+    """torch's scaled_dot_product_attention in q's dtype on q's device: the error baseline.
+
+    GQA by repeating k/v heads. Causal with Sq <= Sk uses torch's lower-right causal bias; with Sq > Sk an
+    explicit boolean mask (rows that see no key are NaN or garbage there; callers exclude them).
+    """
+    from torch.nn.attention.bias import causal_lower_right
+
+    group = q.shape[1] // k.shape[1]
+    k = k.repeat_interleave(group, dim=1)
+    v = v.repeat_interleave(group, dim=1)
+    sq, sk = q.shape[2], k.shape[2]
+    mask = None
+    if causal:
+        mask = causal_lower_right(sq, sk) if sq <= sk else causal_mask(sq, sk, q.device)
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+
+
+def merge_ref(outs, lses) -> Tuple[torch.Tensor, torch.Tensor]:
+    """fp64 merge of N partial results: blocks with lse -inf (and whatever their out holds) are ignored; a row
+    with no finite lse gets out 0 and lse -inf."""
+    outs, lses = outs.double(), lses.double()
+    live = lses != -math.inf
+    lse = torch.logsumexp(lses, dim=0)  # -inf where every block is -inf
+    w = torch.where(live, torch.exp(lses - lse.masked_fill(lse == -math.inf, 0.0)), 0.0)
+    out = (w[..., None] * torch.where(live[..., None], outs, 0.0)).sum(0)
+    return out, lse

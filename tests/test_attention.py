@@ -1,0 +1,491 @@
+"""attention and merge_attention: accuracy against fp64 and SDPA over head dims, lengths, GQA and layouts;
+rows that see no key; merge of key blocks; argument errors; autograd guard; opcheck; torch.compile of a
+transformer block; and (CUDA) graphs, streams, huge grids, split-KV and very long keys."""
+import math
+
+import pytest
+import torch
+
+import flash_attn_ext as fae
+from reference import (DEVICES, attention_ref, merge_ref, poison, rel_err, requires_cuda, sdpa_baseline)
+
+DTYPES = [torch.float16, torch.bfloat16, torch.float32]
+HEAD_DIMS = [8, 16, 40, 64, 72, 96, 128, 200, 256]
+LAYOUTS = ["bhsd", "bshd", "packed"]
+
+# Bounds. out: fp32 rel err vs fp64 <= FP32_BOUND; fp16/bf16 rel err <= 2 x SDPA's own (same dtype, same
+# device) + LOW_PRECISION_EPS. lse: computed in fp32 from the rounded inputs whatever their dtype, so the
+# absolute error vs the fp64 lse of those same inputs is an fp32 rounding matter for every dtype.
+FP32_BOUND = 1e-5
+LOW_PRECISION_EPS = 1e-4
+LSE_ATOL = 1e-4
+
+
+def make_qkv(b, hq, hk, sq, sk, d, dtype, device, layout="bhsd"):
+    """q (b, hq, sq, d), k/v (b, hk, sk, d) in the given memory layout:
+    "bhsd" contiguous; "bshd" (b, s, h, d) memory passed as .transpose(1, 2); "packed" slices of one packed
+    (b, s, hq + 2 hk, d) qkv tensor (when sq == sk; otherwise q alone and a packed (b, sk, 2 hk, d) kv)."""
+    def randn(*shape):
+        return torch.randn(*shape, device=device).to(dtype)
+
+    if layout == "bhsd":
+        return randn(b, hq, sq, d), randn(b, hk, sk, d), randn(b, hk, sk, d)
+    if layout == "bshd":
+        return (randn(b, sq, hq, d).transpose(1, 2), randn(b, sk, hk, d).transpose(1, 2),
+                randn(b, sk, hk, d).transpose(1, 2))
+    if layout == "packed":
+        if sq == sk:
+            qkv = randn(b, sq, hq + 2 * hk, d)
+            q, kv = qkv[:, :, :hq], qkv[:, :, hq:]
+        else:
+            q, kv = randn(b, sq, hq + 1, d)[:, :, 1:], randn(b, sk, 2 * hk, d)
+        return q.transpose(1, 2), kv[:, :, :hk].transpose(1, 2), kv[:, :, hk:].transpose(1, 2)
+    raise ValueError(layout)
+
+
+def check_attention(q, k, v, causal=False, scale=None):
+    """Runs fae.attention once and checks out and lse against the fp64 reference (bounds above); rows that
+    see no key must be exactly out 0 and lse -inf. Returns (out, lse)."""
+    poison(q.device, 4 * q.numel() * q.element_size())
+    out, lse = fae.attention(q, k, v, causal=causal, scale=scale, return_lse=True)
+    assert out.shape == q.shape and out.dtype == q.dtype and out.device == q.device
+    assert lse.shape == q.shape[:3] and lse.dtype == torch.float32 and lse.is_contiguous()
+    assert not out.isnan().any(), "NaN in out"
+    assert not lse.isnan().any(), "NaN in lse"
+
+    ref_out, ref_lse = attention_ref(q, k, v, causal, scale)
+    seen = torch.isfinite(ref_lse)  # rows that see at least one key
+    assert (out[~seen] == 0).all(), "a row that sees no key must be 0"
+    assert (lse[~seen] == -math.inf).all(), "a row that sees no key must have lse -inf"
+    if not seen.any():
+        return out, lse
+
+    err = rel_err(out[seen], ref_out[seen])
+    if q.dtype == torch.float32:
+        bound = FP32_BOUND
+    else:
+        baseline = sdpa_baseline(q, k, v, causal, scale)
+        bound = 2 * rel_err(baseline[seen], ref_out[seen]) + LOW_PRECISION_EPS
+    assert err <= bound, f"out: rel err {err:.3e} > bound {bound:.3e}"
+    lse_err = (lse[seen].double() - ref_lse[seen]).abs().max().item()
+    assert lse_err <= LSE_ATOL, f"lse: abs err {lse_err:.3e} > {LSE_ATOL:.0e}"
+    return out, lse
+
+
+def _too_big_for_cpu(device, cpu_ok):
+    """CUDA-only sizes: the CPU suite keeps to cases that are cheap on two cores."""
+    return device == "cpu" and not cpu_ok
+
+
+# --- accuracy grids -----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("seqlens", [(97, 97), (7, 200)], ids=lambda s: f"sq{s[0]}-sk{s[1]}")
+@pytest.mark.parametrize("d", HEAD_DIMS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("device", DEVICES)
+def test_head_dims(device, dtype, d, seqlens, causal):
+    sq, sk = seqlens
+    check_attention(*make_qkv(2, 4, 2, sq, sk, d, dtype, device), causal=causal)
+
+
+# (sq, sk, cpu_ok): odd lengths, sq != sk both ways (sq > sk causal leaves rows with no visible key)
+SEQLENS = [
+    (1, 1, True), (1, 7, True), (7, 1, True), (7, 7, True), (1, 97, True), (97, 1, True), (7, 97, True),
+    (97, 7, True), (97, 97, True), (1, 1025, True), (97, 1025, True), (1025, 97, True), (1025, 1025, True),
+    (1, 4097, True), (7, 4097, True), (4097, 7, True),
+    (4097, 4097, False), (1025, 4097, False), (4097, 1025, False), (2048, 2048, False), (1, 32768, False),
+]
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("sq, sk, cpu_ok", SEQLENS, ids=[f"sq{s[0]}-sk{s[1]}" for s in SEQLENS])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("device", DEVICES)
+def test_seqlens(device, dtype, sq, sk, cpu_ok, causal):
+    if _too_big_for_cpu(device, cpu_ok):
+        pytest.skip("CUDA-only size")
+    check_attention(*make_qkv(1, 2, 1, sq, sk, 64, dtype, device), causal=causal)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("hk", [8, 4, 2, 1], ids=lambda h: f"group{8 // h}")
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("device", DEVICES)
+def test_gqa(device, dtype, hk, causal):
+    # Hq = 8: group sizes 1 (MHA), 2, 4, 8 (MQA)
+    check_attention(*make_qkv(2, 8, hk, 37, 97, 64, dtype, device), causal=causal)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("seqlens", [(97, 97), (7, 130)], ids=lambda s: f"sq{s[0]}-sk{s[1]}")
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("device", DEVICES)
+def test_layouts(device, dtype, layout, seqlens, causal):
+    sq, sk = seqlens
+    q, k, v = make_qkv(2, 4, 2, sq, sk, 64, dtype, device, layout)
+    if layout != "bhsd":
+        assert not (q.is_contiguous() or k.is_contiguous() or v.is_contiguous())
+    check_attention(q, k, v, causal=causal)
+
+
+@pytest.mark.parametrize("scale", [0.05, 0.3, 1.0, 2.5])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("device", DEVICES)
+def test_scale(device, dtype, scale):
+    q, k, v = make_qkv(1, 4, 4, 33, 97, 64, dtype, device)
+    check_attention(q, k, v, causal=True, scale=scale)
+
+
+@pytest.mark.parametrize("d", [16, 72, 256])
+@pytest.mark.parametrize("device", DEVICES)
+def test_default_scale_is_rsqrt_head_dim(device, d):
+    q, k, v = make_qkv(1, 2, 2, 7, 97, d, torch.float32, device)
+    torch.testing.assert_close(fae.attention(q, k, v), fae.attention(q, k, v, scale=1.0 / math.sqrt(d)),
+                               rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("sk, cpu_ok", [(4097, True), (32768, False), (65537, False)], ids=lambda x: str(x))
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("device", DEVICES)
+def test_decode(device, dtype, sk, cpu_ok, causal):
+    # one query per sequence (Sq = 1) over a long cache, GQA 4
+    if _too_big_for_cpu(device, cpu_ok):
+        pytest.skip("CUDA-only size")
+    check_attention(*make_qkv(2, 8, 2, 1, sk, 128, dtype, device), causal=causal)
+
+
+# --- degenerate sizes ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("sq, sk", [(97, 7), (1025, 1), (7, 3), (4, 0), (1, 0)])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("device", DEVICES)
+def test_rows_without_keys(device, dtype, sq, sk):
+    # causal with sq > sk: query i < sq - sk sees no key; sk = 0: no row sees a key (causal or not)
+    for causal in (True, False):
+        out, lse = check_attention(*make_qkv(1, 2, 1, sq, sk, 64, dtype, device), causal=causal)
+        blind = sq - sk if causal else (sq if sk == 0 else 0)
+        assert (lse[:, :, :blind] == -math.inf).all() and (lse[:, :, blind:] > -math.inf).all()
+
+
+@pytest.mark.parametrize("shape", [(0, 2, 7, 64), (2, 2, 0, 64), (2, 0, 7, 64)], ids=str)
+@pytest.mark.parametrize("device", DEVICES)
+def test_empty(device, shape):
+    b, h, s, d = shape
+    q = torch.randn(b, h, s, d, device=device)
+    k = torch.randn(b, 1, 5, d, device=device)
+    out, lse = fae.attention(q, k, k.clone(), return_lse=True)
+    assert out.shape == q.shape and lse.shape == q.shape[:3] and lse.dtype == torch.float32
+
+
+# --- merge_attention ------------------------------------------------------------------------------------------
+
+# a merged out went through one more rounding to dtype than the full call's: allow ~2 ulps
+MERGED_VS_FULL_TOL = {torch.float16: dict(rtol=2e-3, atol=1e-4), torch.bfloat16: dict(rtol=1.6e-2, atol=1e-3),
+                      torch.float32: dict(rtol=1e-5, atol=1e-6)}
+SPLITS = {2: [0, 300, 1025], 3: [0, 1, 600, 1025], 4: [0, 100, 101, 700, 1025]}
+
+
+@pytest.mark.parametrize("form", ["tensor", "sequence"])
+@pytest.mark.parametrize("blocks", sorted(SPLITS))
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("device", DEVICES)
+def test_merge_matches_full(device, dtype, blocks, form):
+    q, k, v = make_qkv(2, 4, 2, 37, 1025, 64, dtype, device)
+    bounds = SPLITS[blocks]
+    parts = [fae.attention(q, k[:, :, a:b], v[:, :, a:b], return_lse=True) for a, b in zip(bounds, bounds[1:])]
+    outs, lses = [o for o, _ in parts], [l for _, l in parts]
+    if form == "tensor":
+        outs, lses = torch.stack(outs), torch.stack(lses)
+    poison(device)
+    out, lse = fae.merge_attention(outs, lses)
+    assert out.shape == q.shape and out.dtype == dtype and lse.shape == q.shape[:3] and lse.dtype == torch.float32
+
+    ref_out, ref_lse = attention_ref(q, k, v)
+    err = rel_err(out, ref_out)
+    if dtype == torch.float32:
+        bound = FP32_BOUND
+    else:
+        # each block's out was rounded to dtype once before the merge rounds again
+        bound = 3 * rel_err(sdpa_baseline(q, k, v), ref_out) + LOW_PRECISION_EPS
+    assert err <= bound, f"merged out: rel err {err:.3e} > bound {bound:.3e}"
+    assert (lse.double() - ref_lse).abs().max().item() <= LSE_ATOL
+    full_out, full_lse = fae.attention(q, k, v, return_lse=True)
+    torch.testing.assert_close(lse, full_lse, rtol=0, atol=LSE_ATOL)
+    torch.testing.assert_close(out, full_out, **MERGED_VS_FULL_TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("device", DEVICES)
+def test_merge_ignores_blocks_with_lse_neg_inf(device, dtype):
+    n, b, h, s, d = 3, 2, 3, 33, 40
+    outs = torch.randn(n, b, h, s, d, device=device).to(dtype)
+    lses = torch.randn(n, b, h, s, device=device) * 4
+    lses[1, :, :, ::3] = -math.inf          # rows of block 1 that saw no key: their out is garbage
+    outs[1, :, :, ::3] = math.nan
+    lses[0, 0, 1, 5] = -math.inf            # two of three blocks empty
+    outs[0, 0, 1, 5] = math.inf
+    lses[:, 1, 2, 7:9] = -math.inf          # every block empty: out 0, lse -inf
+    outs[:, 1, 2, 7:9] = math.nan
+    poison(device)
+    out, lse = fae.merge_attention(outs, lses)
+    ref_out, ref_lse = merge_ref(outs, lses)
+    assert not out.isnan().any() and not lse.isnan().any()
+    assert (out[1, 2, 7:9] == 0).all() and (lse[1, 2, 7:9] == -math.inf).all()
+    assert torch.equal(lse == -math.inf, ref_lse == -math.inf)
+    torch.testing.assert_close(out, ref_out.to(dtype))
+    torch.testing.assert_close(lse, ref_lse.float(), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("device", DEVICES)
+def test_merge_single_block_and_empty_key_block(device, dtype):
+    q, k, v = make_qkv(1, 4, 4, 9, 50, 64, dtype, device)
+    full_out, full_lse = fae.attention(q, k, v, return_lse=True)
+    out, lse = fae.merge_attention([full_out], [full_lse])
+    torch.testing.assert_close(out, full_out)
+    torch.testing.assert_close(lse, full_lse)
+    # a key block of length 0 yields out 0, lse -inf: merging it in changes nothing
+    empty_out, empty_lse = fae.attention(q, k[:, :, :0], v[:, :, :0], return_lse=True)
+    out, lse = fae.merge_attention([empty_out, full_out, empty_out], [empty_lse, full_lse, empty_lse])
+    torch.testing.assert_close(out, full_out)
+    torch.testing.assert_close(lse, full_lse)
+
+
+# --- argument errors ----------------------------------------------------------------------------------------
+
+def _qkv(device="cpu", dtype=torch.float32, b=2, hq=4, hk=2, sq=5, sk=6, d=64):
+    return make_qkv(b, hq, hk, sq, sk, d, dtype, device)
+
+
+def _replace(qkv, **changes):
+    q, k, v = qkv
+    return changes.get("q", q), changes.get("k", k), changes.get("v", v)
+
+
+ATTENTION_ERRORS = [
+    ("q_rank", lambda dev: _replace(_qkv(dev), q=torch.randn(4, 5, 64, device=dev)), RuntimeError,
+     r"q must have rank 4"),
+    ("k_rank", lambda dev: _replace(_qkv(dev), k=torch.randn(1, 2, 2, 6, 64, device=dev)), RuntimeError,
+     r"k must have rank 4"),
+    ("q_dtype", lambda dev: _qkv(dev, torch.float64), TypeError, r"q must be float16, bfloat16 or float32"),
+    ("k_dtype", lambda dev: _replace(_qkv(dev), k=_qkv(dev)[1].half()), TypeError, r"k must have q's dtype"),
+    ("v_dtype", lambda dev: _replace(_qkv(dev), v=_qkv(dev)[2].bfloat16()), TypeError, r"v must have q's dtype"),
+    ("head_dim_mismatch", lambda dev: _replace(_qkv(dev), k=torch.randn(2, 2, 6, 32, device=dev)), RuntimeError,
+     r"k has head dim 32 but q has head dim 64"),
+    ("v_head_dim", lambda dev: _replace(_qkv(dev), v=torch.randn(2, 2, 6, 128, device=dev)), RuntimeError,
+     r"v has head dim 128 but q has head dim 64"),
+    ("batch_mismatch", lambda dev: _replace(_qkv(dev), k=torch.randn(3, 2, 6, 64, device=dev)), RuntimeError,
+     r"k has batch 3 but q has batch 2"),
+    ("v_keys", lambda dev: _replace(_qkv(dev), v=torch.randn(2, 2, 7, 64, device=dev)), RuntimeError,
+     r"v has 7 keys but k has 6"),
+    ("v_heads", lambda dev: _replace(_qkv(dev), v=torch.randn(2, 1, 6, 64, device=dev)), RuntimeError,
+     r"v has 1 heads but k has 2"),
+    ("heads_not_multiple", lambda dev: _qkv(dev, hq=6, hk=4), RuntimeError,
+     r"q's head count \(6\) must be a multiple of k's \(4\)"),
+    ("head_dim_too_big", lambda dev: _qkv(dev, d=264), RuntimeError, r"head dim D must be a multiple of 8 in \[8, 256\], got 264"),
+    ("head_dim_not_multiple_of_8", lambda dev: _qkv(dev, d=20), RuntimeError, r"head dim D must be a multiple of 8"),
+    ("q_last_stride", lambda dev: _replace(_qkv(dev), q=torch.randn(2, 4, 5, 128, device=dev)[..., ::2]),
+     RuntimeError, r"q must have unit stride on its last dim"),
+    ("k_last_stride", lambda dev: _replace(_qkv(dev), k=torch.randn(2, 2, 64, 6, device=dev).transpose(-1, -2)),
+     RuntimeError, r"k must have unit stride on its last dim"),
+    ("v_last_stride", lambda dev: _replace(_qkv(dev), v=torch.randn(2, 2, 6, 128, device=dev)[..., 1::2]),
+     RuntimeError, r"v must have unit stride on its last dim"),
+]
+
+
+@pytest.mark.parametrize("make, exc, match", [e[1:] for e in ATTENTION_ERRORS], ids=[e[0] for e in ATTENTION_ERRORS])
+@pytest.mark.parametrize("device", DEVICES)
+def test_attention_errors(device, make, exc, match):
+    q, k, v = make(device)
+    with pytest.raises(exc, match=match):
+        fae.attention(q, k, v)
+
+
+@requires_cuda
+@pytest.mark.cuda
+@pytest.mark.parametrize("which", ["k", "v"])
+def test_attention_device_mismatch(which):
+    q, k, v = _qkv("cuda")
+    args = _replace((q, k, v), **{which: (k if which == "k" else v).cpu()})
+    with pytest.raises(RuntimeError, match=rf"{which} is on cpu but q is on cuda"):
+        fae.attention(*args)
+
+
+MERGE_ERRORS = [
+    ("outs_rank", lambda dev: (torch.randn(2, 3, 4, 8, device=dev), torch.randn(2, 3, 4, 5, device=dev)),
+     RuntimeError, r"outs must have rank 5"),
+    ("lses_rank", lambda dev: (torch.randn(2, 1, 3, 4, 8, device=dev), torch.randn(2, 3, 4, device=dev)),
+     RuntimeError, r"lses must have rank 4"),
+    ("lses_shape", lambda dev: (torch.randn(2, 1, 3, 4, 8, device=dev), torch.randn(2, 1, 3, 5, device=dev)),
+     RuntimeError, r"lses must have shape outs.shape\[:4\]"),
+    ("lses_splits", lambda dev: (torch.randn(2, 1, 3, 4, 8, device=dev), torch.randn(3, 1, 3, 4, device=dev)),
+     RuntimeError, r"lses must have shape outs.shape\[:4\]"),
+    ("lses_dtype", lambda dev: (torch.randn(2, 1, 3, 4, 8, device=dev), torch.randn(2, 1, 3, 4, device=dev).half()),
+     TypeError, r"lses must be float32"),
+    ("lses_float64", lambda dev: (torch.randn(2, 1, 3, 4, 8, device=dev), torch.randn(2, 1, 3, 4, device=dev).double()),
+     TypeError, r"lses must be float32"),
+    ("outs_dtype", lambda dev: (torch.randn(2, 1, 3, 4, 8, device=dev).double(), torch.randn(2, 1, 3, 4, device=dev)),
+     TypeError, r"outs must be float16, bfloat16 or float32"),
+    ("no_blocks", lambda dev: (torch.randn(0, 1, 3, 4, 8, device=dev), torch.randn(0, 1, 3, 4, device=dev)),
+     RuntimeError, r"at least one partial result"),
+]
+
+
+@pytest.mark.parametrize("make, exc, match", [e[1:] for e in MERGE_ERRORS], ids=[e[0] for e in MERGE_ERRORS])
+@pytest.mark.parametrize("device", DEVICES)
+def test_merge_errors(device, make, exc, match):
+    outs, lses = make(device)
+    with pytest.raises(exc, match=match):
+        fae.merge_attention(outs, lses)
+
+
+@requires_cuda
+@pytest.mark.cuda
+def test_merge_device_mismatch():
+    with pytest.raises(RuntimeError, match=r"lses is on cpu but outs is on cuda"):
+        fae.merge_attention(torch.randn(2, 1, 3, 4, 8, device="cuda"), torch.randn(2, 1, 3, 4))
+
+
+# --- autograd guard, opcheck, torch.compile -----------------------------------------------------------------
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_backward_raises(device):
+    q, k, v = _qkv(device)
+    q.requires_grad_(True)
+    out, lse = fae.attention(q, k, v, return_lse=True)
+    assert out.requires_grad
+    torch.testing.assert_close(out, attention_ref(q.detach(), k, v)[0].float(), rtol=1e-5, atol=1e-5)
+    with pytest.raises(RuntimeError, match=r"flash_attn_ext\.attention is forward-only"):
+        out.sum().backward()
+    outs = torch.randn(2, 2, 4, 5, 64, device=device, requires_grad=True)
+    merged, _ = fae.merge_attention(outs, torch.randn(2, 2, 4, 5, device=device))
+    with pytest.raises(RuntimeError, match=r"flash_attn_ext\.merge_attention is forward-only"):
+        merged.sum().backward()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_opcheck(device):
+    ops = torch.ops.flash_attn_ext
+    cases = [(make_qkv(2, 4, 2, 7, 33, 64, torch.float32, device), True, None),
+             (make_qkv(1, 2, 1, 9, 5, 40, torch.float16, device, "bshd"), True, 0.3),
+             (make_qkv(1, 4, 4, 17, 17, 128, torch.bfloat16, device, "packed"), False, None)]
+    for (q, k, v), causal, scale in cases:
+        torch.library.opcheck(ops.attention.default, (q, k, v, causal, scale))
+    for dtype in (torch.float32, torch.float16):
+        outs = torch.randn(3, 2, 4, 5, 64, device=device).to(dtype)
+        lses = torch.randn(3, 2, 4, 5, device=device)
+        lses[0, 0, 0, 0] = -math.inf
+        torch.library.opcheck(ops.merge_attention.default, (outs, lses))
+
+
+class TransformerBlock(torch.nn.Module):
+    """Pre-norm causal self-attention: qkv projection, fae.attention (GQA), output projection."""
+
+    def __init__(self, dim=128, heads=4, kv_heads=2):
+        super().__init__()
+        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, dim // heads
+        self.norm = torch.nn.LayerNorm(dim)
+        self.qkv = torch.nn.Linear(dim, (heads + 2 * kv_heads) * self.head_dim)
+        self.proj = torch.nn.Linear(dim, dim)
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        qkv = self.qkv(self.norm(x)).view(b, s, self.heads + 2 * self.kv_heads, self.head_dim)
+        q, k, v = qkv.split([self.heads, self.kv_heads, self.kv_heads], dim=2)
+        o = fae.attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=True)
+        return x + self.proj(o.transpose(1, 2).reshape(b, s, -1))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_torch_compile_transformer_block(device):
+    block = TransformerBlock().to(device)
+    x = torch.randn(2, 37, 128, device=device)
+    with torch.no_grad():
+        eager = block(x)
+        compiled = torch.compile(block, fullgraph=True)(x)  # fullgraph: any graph break is an error
+    torch.testing.assert_close(compiled, eager, rtol=1e-4, atol=1e-4)
+
+
+# --- CUDA only ----------------------------------------------------------------------------------------------
+
+@pytest.mark.cuda
+@requires_cuda
+@pytest.mark.parametrize("sq, sk", [(128, 128), (1, 8192), (300, 77)])
+def test_cuda_graph_capture_replay(sq, sk):
+    static = make_qkv(2, 8, 2, sq, sk, 64, torch.float16, "cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up outside the capture
+        fae.attention(*static, causal=True, return_lse=True)
+    torch.cuda.current_stream().wait_stream(side)
+    half = sk // 2
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out, lse = fae.attention(*static, causal=True, return_lse=True)
+        q, k, v = static
+        parts = [fae.attention(q, k[:, :, a:b], v[:, :, a:b], return_lse=True) for a, b in ((0, half), (half, sk))]
+        merged, merged_lse = fae.merge_attention([p[0] for p in parts], [p[1] for p in parts])
+    fresh = make_qkv(2, 8, 2, sq, sk, 64, torch.float16, "cuda")
+    for s, f in zip(static, fresh):
+        s.copy_(f)
+    graph.replay()
+    torch.cuda.synchronize()
+    ref_out, ref_lse = attention_ref(*fresh, causal=True)
+    bound = 2 * rel_err(sdpa_baseline(*fresh, causal=True), ref_out) + LOW_PRECISION_EPS
+    assert rel_err(out, ref_out) <= bound
+    assert (lse.double() - ref_lse).abs().max().item() <= LSE_ATOL
+    ref_full, ref_full_lse = attention_ref(*fresh)
+    assert rel_err(merged, ref_full) <= 3 * rel_err(sdpa_baseline(*fresh), ref_full) + LOW_PRECISION_EPS
+    assert (merged_lse.double() - ref_full_lse).abs().max().item() <= LSE_ATOL
+
+
+@pytest.mark.cuda
+@requires_cuda
+def test_cuda_respects_current_stream():
+    # q/k/v are NaN until a side stream, busy sleeping first, fills them; a kernel launched on any stream
+    # other than the current (side) one reads NaN.
+    good = make_qkv(2, 8, 2, 256, 1025, 64, torch.float16, "cuda")
+    static = [torch.full_like(t, math.nan) for t in good]
+    torch.cuda.synchronize()
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(200_000_000)
+        for s, g in zip(static, good):
+            s.copy_(g)
+        out, lse = fae.attention(*static, causal=True, return_lse=True)
+        merged, merged_lse = fae.merge_attention([out, out], [lse, lse])
+    side.synchronize()
+    ref_out, ref_lse = attention_ref(*good, causal=True)
+    assert rel_err(out, ref_out) <= 2 * rel_err(sdpa_baseline(*good, causal=True), ref_out) + LOW_PRECISION_EPS
+    assert (lse.double() - ref_lse).abs().max().item() <= LSE_ATOL
+    torch.testing.assert_close(merged, out)
+    torch.testing.assert_close(merged_lse, lse + math.log(2.0))
+
+
+@pytest.mark.cuda
+@requires_cuda
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_cuda_huge_batch_times_heads(dtype):
+    # B * Hq = 70_000 > 65_535: a grid laid out with batch*heads on y or z would overflow
+    check_attention(*make_qkv(700, 100, 50, 3, 5, 64, dtype, "cuda"), causal=True)
+
+
+@pytest.mark.cuda
+@requires_cuda
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("sq", [1, 16, 64])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_cuda_split_kv(dtype, sq, causal):
+    # few (batch, head) pairs, few queries, many keys: the kernel must split keys across blocks and merge
+    check_attention(*make_qkv(1, 2, 1, sq, 100_003, 128, dtype, "cuda"), causal=causal)
+
+
+@pytest.mark.cuda
+@pytest.mark.large
+@requires_cuda
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_cuda_512k_keys(dtype):
+    check_attention(*make_qkv(1, 8, 2, 1, 512 * 1024, 128, dtype, "cuda"), causal=True)

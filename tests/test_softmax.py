@@ -1,0 +1,348 @@
+"""softmax / log_softmax / logsumexp: accuracy against fp64, torch parity on special values, edge shapes,
+argument errors, autograd guard, opcheck, torch.compile, and (CUDA) graphs, streams, 64-bit sizes."""
+import math
+
+import pytest
+import torch
+
+import flash_attn_ext as fae
+from reference import (DEVICES, log_softmax_ref, logsumexp_ref, poison, rel_err, requires_cuda, softmax_ref)
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
+ALGORITHMS = ["safe", "online", "auto"]
+LAYOUTS = ["contiguous", "transposed", "sliced"]
+
+# fp16/bf16: ours vs fp64 <= 2 x (torch in the same dtype vs fp64) + LOW_PRECISION_EPS.
+# fp32/fp64: fixed relative thresholds (torch's own fp32 error grows with the row length; fp64 is the reference).
+LOW_PRECISION_EPS = {torch.float16: 1e-4, torch.bfloat16: 5e-4}
+FIXED_BOUND = {torch.float32: 1e-6, torch.float64: 1e-12}
+
+# (shape, dim): odd lengths, every dim position, negative dims, size-1 dims.
+CASES = [
+    ((1,), -1), ((7,), 0), ((97,), -1), ((1025,), -1), ((4097,), -1),
+    ((3, 128), -1), ((5, 2000), 1), ((2, 32768), -1),
+    ((4, 7, 97), 2), ((4, 7, 97), 1), ((4, 7, 97), 0), ((4, 7, 97), -2),
+    ((1025, 3), 0), ((2, 4097, 3), 1), ((97, 1, 5), 1), ((6, 1), -1), ((1, 1, 1), 1), ((3, 5, 7, 9), -3),
+]
+# Long rows and columns that reach the multi-block / split paths of the CUDA kernels.
+CUDA_CASES = [
+    ((4, 1_000_003), -1), ((2, 65537), 1), ((3, 200_003, 2), 1), ((1025, 4097), 0), ((8, 3, 300_007), -1),
+]
+
+
+def make_input(shape, dtype, device, layout="contiguous", scale=3.0):
+    """randn * scale in the given memory layout: "contiguous", "transposed" (last two dims swapped in
+    memory) or "sliced" (every other element of a wider tensor)."""
+    shape = tuple(shape)
+    base_shape = {"contiguous": shape, "transposed": shape[:-2] + shape[-1:] + shape[-2:-1],
+                  "sliced": shape[:-1] + (2 * shape[-1] + 1,)}[layout]
+    gen_dtype = torch.float64 if dtype == torch.float64 else torch.float32
+    base = (torch.randn(base_shape, dtype=gen_dtype, device=device) * scale).to(dtype)
+    if layout == "transposed":
+        return base.transpose(-1, -2)
+    if layout == "sliced":
+        return base[..., 1::2]
+    return base
+
+
+def check_against_reference(out, ref, baseline, dtype, what):
+    """Asserts the error bound of the module docstring; baseline is torch's result in the op's dtype."""
+    assert out.shape == ref.shape, f"{what}: shape {tuple(out.shape)} != {tuple(ref.shape)}"
+    assert out.dtype == dtype, f"{what}: dtype {out.dtype} != {dtype}"
+    assert not out.isnan().any(), f"{what}: NaN in the output of finite inputs"
+    err = rel_err(out, ref)
+    if dtype in FIXED_BOUND:
+        bound = FIXED_BOUND[dtype]
+    else:
+        bound = 2 * rel_err(baseline, ref) + LOW_PRECISION_EPS[dtype]
+    assert err <= bound, f"{what}: rel err {err:.3e} > bound {bound:.3e}"
+
+
+def _cases(device_cases):
+    params = []
+    for shape, dim in device_cases:
+        for layout in LAYOUTS:
+            if layout == "transposed" and len(shape) < 2:
+                continue
+            params.append(pytest.param(shape, dim, layout, id=f"{'x'.join(map(str, shape))}-dim{dim}-{layout}"))
+    return params
+
+
+def _run_accuracy(device, dtype, algorithm, shape, dim, layout):
+    x = make_input(shape, dtype, device, layout)
+    for op, ref_fn, torch_fn in ((fae.softmax, softmax_ref, torch.softmax),
+                                 (fae.log_softmax, log_softmax_ref, torch.log_softmax)):
+        poison(device, 2 * x.numel() * x.element_size())
+        out = op(x, dim, algorithm=algorithm)
+        assert out.device == x.device and out.is_contiguous()
+        check_against_reference(out, ref_fn(x, dim), torch_fn(x, dim), dtype, op.__name__)
+
+
+@pytest.mark.parametrize("shape, dim, layout", _cases(CASES))
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("device", DEVICES)
+def test_softmax_accuracy(device, dtype, algorithm, shape, dim, layout):
+    _run_accuracy(device, dtype, algorithm, shape, dim, layout)
+
+
+@pytest.mark.cuda
+@requires_cuda
+@pytest.mark.parametrize("shape, dim, layout", _cases(CUDA_CASES))
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_softmax_accuracy_long_cuda(dtype, algorithm, shape, dim, layout):
+    _run_accuracy("cuda", dtype, algorithm, shape, dim, layout)
+
+
+@pytest.mark.parametrize("keepdim", [False, True])
+@pytest.mark.parametrize("shape, dim, layout", [p for p in _cases(CASES) if p.values[2] != "transposed"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("device", DEVICES)
+def test_logsumexp_accuracy(device, dtype, shape, dim, layout, keepdim):
+    x = make_input(shape, dtype, device, layout)
+    poison(device)
+    out = fae.logsumexp(x, dim, keepdim=keepdim)
+    check_against_reference(out, logsumexp_ref(x, dim, keepdim), torch.logsumexp(x, dim, keepdim), dtype,
+                            "logsumexp")
+
+
+@pytest.mark.parametrize("algorithm", ["safe", "online"])
+@pytest.mark.parametrize("device", DEVICES)
+def test_rows_longer_than_2_pow_24(device, algorithm):
+    # float32 counts exactly only up to 2^24: a naive running sum stalls; the pairwise chunk merge does not
+    x = make_input((1, 2**24 + 3), torch.float32, device)
+    check_against_reference(fae.softmax(x, -1, algorithm=algorithm), softmax_ref(x, -1), None, torch.float32,
+                            "softmax")
+    check_against_reference(fae.log_softmax(x, -1, algorithm=algorithm), log_softmax_ref(x, -1), None,
+                            torch.float32, "log_softmax")
+    check_against_reference(fae.logsumexp(x, -1), logsumexp_ref(x, -1), None, torch.float32, "logsumexp")
+
+
+# --- special values: parity with torch in the same dtype ---------------------------------------------------
+
+def special_rows(length, dtype, device):
+    """(12, length) rows: plain, all -inf, +inf, NaN, scattered -inf, ... at positions across the row so that
+    they land in different lanes / chunks / blocks of the kernels."""
+    inf, nan = math.inf, math.nan
+    x = torch.randn(12, length, dtype=torch.float64) * 3
+    mid, last = length // 2, length - 1
+    x[1] = -inf                                    # all -inf
+    x[2, mid] = inf                                # one +inf
+    x[3, last] = nan                               # NaN at the end
+    x[4, ::3] = -inf                               # -inf scattered (first element included)
+    x[5, 0] = inf
+    x[5, last] = inf                               # two +inf
+    x[6, mid] = inf
+    x[6, last // 3] = nan                          # +inf and NaN
+    x[7, : max(1, length // 2)] = -inf             # leading -inf: the running max starts at -inf
+    x[8, 0] = -inf
+    x[8, last] = inf                               # -inf and +inf
+    x[9, 0] = nan                                  # NaN first
+    x[10] = -inf
+    x[10, mid] = 1.5                               # a single finite element
+    x[11] = 2.0                                    # all equal
+    return x.to(device=device, dtype=dtype)
+
+
+SPECIAL_TOL = {torch.float16: (2e-3, 1e-5), torch.bfloat16: (1.6e-2, 1e-5), torch.float32: (1e-5, 1e-7),
+               torch.float64: (1e-12, 1e-14)}
+
+
+def assert_special_match(out, baseline, ref, what):
+    """Non-finite positions exactly as torch's in the same dtype; finite values near the fp64 reference
+    (torch's own 16-bit log_softmax loses a few ulps near 0, so it is not the value baseline here)."""
+    for pred in (torch.isnan, torch.isposinf, torch.isneginf):
+        mism = (pred(out) != pred(baseline)).nonzero()
+        assert mism.numel() == 0, f"{what}: {pred.__name__} differs from torch at {mism[:8].tolist()}"
+    rtol, atol = SPECIAL_TOL[out.dtype]
+    torch.testing.assert_close(out, ref.to(out.dtype), rtol=rtol, atol=atol, equal_nan=True,
+                               msg=lambda m: f"{what}: {m}")
+
+
+@pytest.mark.parametrize("layout", ["rows", "columns"])
+@pytest.mark.parametrize("length", [1, 7, 97, 1025, 4097])
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("device", DEVICES)
+def test_special_values_match_torch(device, dtype, algorithm, length, layout):
+    x = special_rows(length, dtype, device)
+    dim = -1
+    if layout == "columns":
+        x, dim = x.t().contiguous(), 0  # the reduced dim is strided: (length, 12), dim 0
+    for name, ref_fn in (("softmax", softmax_ref), ("log_softmax", log_softmax_ref)):
+        out = getattr(fae, name)(x, dim, algorithm=algorithm)
+        assert_special_match(out, getattr(torch, name)(x, dim), ref_fn(x, dim), name)
+    for keepdim in (False, True):
+        assert_special_match(fae.logsumexp(x, dim, keepdim), torch.logsumexp(x, dim, keepdim),
+                             logsumexp_ref(x, dim, keepdim), "logsumexp")
+
+
+# --- edge shapes ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("shape, dim", [((0,), 0), ((0, 5), 0), ((0, 5), 1), ((5, 0), 0), ((5, 0), -1),
+                                        ((3, 0, 4), 0), ((3, 0, 4), 1), ((3, 0, 4), 2)])
+@pytest.mark.parametrize("device", DEVICES)
+def test_empty(device, shape, dim):
+    x = torch.randn(shape, device=device)
+    for op, torch_fn in ((fae.softmax, torch.softmax), (fae.log_softmax, torch.log_softmax)):
+        out = op(x, dim)
+        assert out.shape == x.shape and out.dtype == x.dtype
+    for keepdim in (False, True):
+        # logsumexp over an empty dim is -inf, as in torch
+        torch.testing.assert_close(fae.logsumexp(x, dim, keepdim), torch.logsumexp(x, dim, keepdim))
+
+
+@pytest.mark.parametrize("dim", [0, -1])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("device", DEVICES)
+def test_zero_dim(device, dtype, dim):
+    x = torch.tensor(1.7, dtype=dtype, device=device)
+    torch.testing.assert_close(fae.softmax(x, dim), torch.softmax(x, dim))
+    torch.testing.assert_close(fae.log_softmax(x, dim), torch.log_softmax(x, dim))
+    for keepdim in (False, True):
+        torch.testing.assert_close(fae.logsumexp(x, dim, keepdim), torch.logsumexp(x, dim, keepdim))
+
+
+# --- argument errors ----------------------------------------------------------------------------------------
+
+SOFTMAX_OPS = [pytest.param(lambda x, dim, **kw: fae.softmax(x, dim, **kw), id="softmax"),
+               pytest.param(lambda x, dim, **kw: fae.log_softmax(x, dim, **kw), id="log_softmax")]
+ALL_OPS = SOFTMAX_OPS + [pytest.param(lambda x, dim, **kw: fae.logsumexp(x, dim), id="logsumexp")]
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.uint8, torch.bool], ids=str)
+@pytest.mark.parametrize("op", ALL_OPS)
+@pytest.mark.parametrize("device", DEVICES)
+def test_rejects_non_float_dtype(device, op, dtype):
+    x = torch.ones(3, 4, device=device).to(dtype)
+    with pytest.raises(TypeError, match=r"x must be float32, float64, float16 or bfloat16"):
+        op(x, -1)
+
+
+@pytest.mark.parametrize("shape, dim", [((3, 4), 2), ((3, 4), -3), ((5,), 1), ((), 1), ((), -2)])
+@pytest.mark.parametrize("op", ALL_OPS)
+@pytest.mark.parametrize("device", DEVICES)
+def test_rejects_dim_out_of_range(device, op, shape, dim):
+    x = torch.randn(shape, device=device)
+    with pytest.raises(IndexError, match=rf"dim={dim} is out of range"):
+        op(x, dim)
+
+
+@pytest.mark.parametrize("algorithm", ["fast", "", "Online", "SAFE"])
+@pytest.mark.parametrize("op", SOFTMAX_OPS)
+@pytest.mark.parametrize("device", DEVICES)
+def test_rejects_unknown_algorithm(device, op, algorithm):
+    x = torch.randn(3, 4, device=device)
+    with pytest.raises(ValueError, match=r"algorithm must be 'auto', 'safe' or 'online'"):
+        op(x, -1, algorithm=algorithm)
+
+
+# --- autograd guard, opcheck, torch.compile ---------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["softmax", "log_softmax", "logsumexp"])
+@pytest.mark.parametrize("device", DEVICES)
+def test_backward_raises(device, name):
+    x = torch.randn(4, 33, device=device, requires_grad=True)
+    out = getattr(fae, name)(x, -1)
+    torch.testing.assert_close(out, getattr(torch, name)(x.detach(), -1))
+    assert out.requires_grad
+    with pytest.raises(RuntimeError, match=rf"flash_attn_ext\.{name} is forward-only"):
+        out.sum().backward()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_opcheck(device):
+    ops = torch.ops.flash_attn_ext
+    inputs = [(torch.randn(5, 97, device=device), -1),
+              (torch.randn(7, 3, 33, device=device, dtype=torch.float16), 1),
+              (torch.randn(33, 6, device=device).t(), 0)]
+    for x, dim in inputs:
+        for algorithm in ALGORITHMS:
+            torch.library.opcheck(ops.softmax.default, (x, dim, algorithm))
+            torch.library.opcheck(ops.log_softmax.default, (x, dim, algorithm))
+        for keepdim in (False, True):
+            torch.library.opcheck(ops.logsumexp.default, (x, dim, keepdim))
+
+
+def _softmax_family(x):
+    a = fae.softmax(x * 2.0, -1, algorithm="online")
+    b = fae.log_softmax(x, 0, algorithm="safe")
+    c = fae.logsumexp(x, -1, keepdim=True)
+    return a + b.sum(0) - c
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_torch_compile_fullgraph(device):
+    x = torch.randn(33, 97, device=device)
+    compiled = torch.compile(_softmax_family, fullgraph=True)
+    torch.testing.assert_close(compiled(x), _softmax_family(x), rtol=1e-5, atol=1e-5)
+
+
+# --- CUDA only: graphs, streams, 64-bit sizes ---------------------------------------------------------------
+
+@pytest.mark.cuda
+@requires_cuda
+@pytest.mark.parametrize("shape, dim", [((64, 1000), -1), ((2, 1_000_003), -1), ((4097, 7), 0)])
+def test_cuda_graph_capture_replay(shape, dim):
+    static_x = make_input(shape, torch.float32, "cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up outside the capture, as torch recommends
+        fae.softmax(static_x, dim)
+        fae.log_softmax(static_x, dim)
+        fae.logsumexp(static_x, dim)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = (fae.softmax(static_x, dim), fae.log_softmax(static_x, dim, algorithm="safe"),
+               fae.logsumexp(static_x, dim))
+    new_x = make_input(shape, torch.float32, "cuda")
+    static_x.copy_(new_x)
+    graph.replay()
+    torch.cuda.synchronize()
+    check_against_reference(out[0], softmax_ref(new_x, dim), None, torch.float32, "softmax")
+    check_against_reference(out[1], log_softmax_ref(new_x, dim), None, torch.float32, "log_softmax")
+    check_against_reference(out[2], logsumexp_ref(new_x, dim), None, torch.float32, "logsumexp")
+
+
+@pytest.mark.cuda
+@requires_cuda
+@pytest.mark.parametrize("name", ["softmax", "log_softmax", "logsumexp"])
+def test_cuda_respects_current_stream(name):
+    # x is NaN until a side stream, busy sleeping first, fills it. An op launched on any stream other than
+    # the current (side) one runs before the fill and reads NaN.
+    shape = (256, 4097)
+    good = make_input(shape, torch.float32, "cuda")
+    x = torch.full(shape, math.nan, device="cuda")
+    torch.cuda.synchronize()
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(200_000_000)
+        x.copy_(good)
+        out = getattr(fae, name)(x, -1)
+    side.synchronize()
+    ref = {"softmax": softmax_ref, "log_softmax": log_softmax_ref, "logsumexp": logsumexp_ref}[name](good, -1)
+    check_against_reference(out, ref, None, torch.float32, name)
+
+
+@pytest.mark.cuda
+@pytest.mark.large
+@requires_cuda
+@pytest.mark.parametrize("shape, dim", [((4, 2**29 + 2), -1),       # row offsets past 2^31
+                                        ((2**21 + 3, 1024), -1),    # 2^31 + 3072 elements of short rows
+                                        ((2**20 + 3, 2048), 0)])    # columns: element offsets past 2^31
+def test_more_than_2_pow_31_elements(shape, dim):
+    x = make_input(shape, torch.bfloat16, "cuda")
+    assert x.numel() > 2**31
+    # rows (columns) at both ends, checked on slices; for rows the last one lies entirely past element 2^31
+    other = 1 if dim == 0 else 0
+    idx = torch.tensor([0, 1, x.shape[other] - 1], device="cuda")
+    xs = x.index_select(other, idx)
+    for name, ref_fn in (("softmax", softmax_ref), ("log_softmax", log_softmax_ref)):
+        for algorithm in ("safe", "online"):
+            out = getattr(fae, name)(x, dim, algorithm=algorithm).index_select(other, idx)
+            check_against_reference(out, ref_fn(xs, dim), getattr(torch, name)(xs, dim), torch.bfloat16, name)
+            del out
+    out = fae.logsumexp(x, dim)[idx]
+    check_against_reference(out, logsumexp_ref(xs, dim), torch.logsumexp(xs, dim), torch.bfloat16, "logsumexp")

@@ -32,7 +32,8 @@ def _sources(pattern):
 def _extension():
     cxx = ["-O3", "-std=c++17", "-fopenmp"]
     if not _use_cuda():
-        return CppExtension("flash_attn_ext._C", _sources("*.cpp"), extra_compile_args={"cxx": cxx},
+        return CppExtension("flash_attn_ext._C", _sources("*.cpp"), include_dirs=[os.path.join(ROOT, "csrc")],
+                            extra_compile_args={"cxx": cxx},
                             extra_link_args=["-fopenmp"])
     if "TORCH_CUDA_ARCH_LIST" not in os.environ and not torch.cuda.is_available():
         os.environ["TORCH_CUDA_ARCH_LIST"] = "8.0;9.0"
@@ -42,6 +43,7 @@ def _extension():
     if _flag("FLASH_ATTN_EXT_PTXAS_VERBOSE"):
         nvcc.append("-Xptxas=-v")
     return CUDAExtension("flash_attn_ext._C", _sources("*.cpp") + _sources("*.cu"),
+                         include_dirs=[os.path.join(ROOT, "csrc")],
                          define_macros=[("FLASH_ATTN_EXT_WITH_CUDA", None)],
                          extra_compile_args={"cxx": cxx + ["-DFLASH_ATTN_EXT_WITH_CUDA"], "nvcc": nvcc},
                          extra_link_args=["-fopenmp"])

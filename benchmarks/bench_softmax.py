@@ -21,7 +21,7 @@ SHAPES = [(65536, 128), (16384, 1024), (4096, 4096), (1024, 32768), (128, 262144
 QUICK_SHAPES = [(4096, 128), (1024, 1024), (256, 4096), (32, 32768), (4, 262144), (2, 1048576), (1024, 2000)]
 OPS = ("softmax", "log_softmax", "logsumexp")
 # max rel error (||out - ref|| / ||ref|| against torch on float32 upcast input) above which a row is flagged "!"
-REL_TOL = {"fp32": 1e-5, "fp16": 1e-2, "bf16": 2e-2}
+REL_TOL = {"fp32": 1e-4, "fp16": 1e-2, "bf16": 2e-2}
 
 
 def impls(fae, op):

@@ -45,7 +45,16 @@ remaining() { echo $((BUDGET - $(elapsed))); }
 want() { [[ ",$STAGES," == *",$1,"* ]]; }
 record() { STAGE_NAMES+=("$1"); STAGE_RCS+=("$2"); STAGE_SECS+=("$3"); log "=== $1: rc=$2 in ${3}s (t=$(elapsed)s)"; }
 min() { if (($1 < $2)); then echo "$1"; else echo "$2"; fi; }
-cleanup() { rm -f "$OUT"/*.tmp; }
+cleanup() {  # no stray temp files (8 files come back at most), no log over the 16 MiB a file may have
+  rm -f "$OUT"/*.tmp
+  local f
+  for f in "$OUT"/*.log "$OUT"/summary.txt; do
+    if [[ -f "$f" ]] && (($(stat -c %s "$f") > 15 * 1024 * 1024)); then
+      { head -c 4000000 "$f"; printf '\n\n*** %s cut to its first 4 MB and last 10 MB ***\n\n' "${f##*/}"
+        tail -c 10000000 "$f"; } >"$f.cut" && mv "$f.cut" "$f"
+    fi
+  done
+}
 trap cleanup EXIT
 
 # Runs "$@" with a hard time limit, output appended to $1's log file; sets RC and SECS.
@@ -172,7 +181,8 @@ if want plot; then
   else
     if ! python3 -c "import matplotlib" 2>/dev/null && compgen -G ".whl/matplotlib-*.whl" >/dev/null; then
       # wheels carried with the tree (scripts/fetch_wheels.sh); --no-deps keeps the machine's numpy
-      python3 -m pip install -q --no-index --no-deps --target /tmp/fae_mpl .whl/*.whl >>"$SUMMARY" 2>&1 || true
+      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/fae_mpl \
+        .whl/*.whl >>"$SUMMARY" 2>&1 || true
       export PYTHONPATH=/tmp/fae_mpl${PYTHONPATH:+:$PYTHONPATH}
     fi
     if python3 -c "import matplotlib" 2>/dev/null; then

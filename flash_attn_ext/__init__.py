@@ -3,6 +3,8 @@
 Every call is a registered op under ``torch.ops.flash_attn_ext`` with a fake kernel, so it traces under
 ``torch.compile``. The ops are inference/functional kernels: backward through them raises an error.
 """
+import torch  # noqa: F401  (first: loads libc10/libtorch, which _C links against without an rpath)
+
 from . import _C  # noqa: F401  (loads the library, which registers the ops)
 from .ops import attention, log_softmax, logsumexp, merge_attention, softmax
 

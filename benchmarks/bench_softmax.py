@@ -1,0 +1,159 @@
+"""Softmax family: flash_attn_ext vs torch, effective bandwidth against the measured copy bandwidth.
+
+Effective bandwidth = (bytes of x read once + bytes of the output written once) / median time; the floor of a
+memory-bound row op is those bytes over the copy bandwidth, so "% copy" is how close a kernel is to it.
+
+    python3 benchmarks/bench_softmax.py                  # full grid on the GPU (about 1-2 minutes on an H100)
+    python3 benchmarks/bench_softmax.py --quick --device cpu
+    python3 benchmarks/bench_softmax.py --ops softmax --dtypes bf16 --shapes 8x4194304
+"""
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import torch  # noqa: E402
+
+import common  # noqa: E402
+
+SHAPES = [(65536, 128), (16384, 1024), (4096, 4096), (1024, 32768), (128, 262144), (8, 4194304), (32768, 2000)]
+QUICK_SHAPES = [(4096, 128), (1024, 1024), (256, 4096), (32, 32768), (4, 262144), (2, 1048576), (1024, 2000)]
+OPS = ("softmax", "log_softmax", "logsumexp")
+# max rel error (||out - ref|| / ||ref|| against torch on float32 upcast input) above which a row is flagged "!"
+REL_TOL = {"fp32": 1e-4, "fp16": 1e-2, "bf16": 2e-2}
+
+
+def impls(fae, op):
+    """(impl name, callable(x) -> output) pairs for one op; the torch peer last."""
+    if op == "softmax":
+        return [(f"fae:{a}", lambda x, a=a: fae.softmax(x, -1, algorithm=a)) for a in ("auto", "online", "safe")] + \
+               [("torch", lambda x: torch.softmax(x, -1))]
+    if op == "log_softmax":
+        return [("fae:auto", lambda x: fae.log_softmax(x, -1, algorithm="auto")),
+                ("torch", lambda x: torch.log_softmax(x, -1))]
+    return [("fae", lambda x: fae.logsumexp(x, -1)), ("torch", lambda x: torch.logsumexp(x, -1))]
+
+
+def reference(op, x):
+    xf = x.float()
+    if op == "softmax":
+        return torch.softmax(xf, -1)
+    if op == "log_softmax":
+        return torch.log_softmax(xf, -1)
+    return torch.logsumexp(xf, -1)
+
+
+def parse_shapes(text):
+    shapes = []
+    for s in text.split(","):
+        r, c = s.lower().split("x")
+        shapes.append((common.parse_ints(r)[0], common.parse_ints(c)[0]))
+    return shapes
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    common.add_common_args(p)
+    p.add_argument("--shapes", default=None, help="comma list of RxC, e.g. 4096x4096,8x4m (k = 1024, m = 1024^2)")
+    p.add_argument("--ops", default=",".join(OPS), help=f"comma list among {','.join(OPS)}")
+    args = p.parse_args(argv)
+
+    device = common.resolve_device(args.device)
+    fae = common.import_fae()
+    cuda = device.type == "cuda"
+    shapes = parse_shapes(args.shapes) if args.shapes else (QUICK_SHAPES if args.quick or not cuda else SHAPES)
+    dtypes = common.parse_dtypes(args.dtypes, "fp32,bf16")
+    ops = [o.strip() for o in args.ops.split(",") if o.strip()]
+    for o in ops:
+        if o not in OPS:
+            raise SystemExit(f"unknown op {o!r}; choose among {', '.join(OPS)}")
+
+    torch.manual_seed(0)
+    budget = common.Budget(args.max_seconds)
+    timer = common.Timer(device, args.warmup, args.reps if args.reps is not None else (30 if cuda else 5),
+                         args.max_point_seconds)
+    env = common.environment(device, fae)
+    ceilings = common.measure_ceilings(timer)
+    copy_gbps = ceilings.get("copy_GBps")
+    paths = common.result_paths("softmax", env["device_slug"], args.results_dir, args.extra_dir)
+    payload = {"benchmark": "softmax", "env": env, "ceilings": ceilings,
+               "config": {"shapes": shapes, "dtypes": dtypes, "ops": ops, "warmup": timer.warmup,
+                          "reps": timer.reps, "flush_bytes": timer.flush_bytes, "quick": args.quick,
+                          "bandwidth": "(numel(x) + numel(out)) * element size / median time"},
+               "complete": False, "results": []}
+    print(f"# softmax benchmark on {env['device_name']} (torch {env['torch']}, commit {env['git_commit'][:12]}); "
+          f"copy {common.fmt(copy_gbps, '.0f')} GB/s; writing {', '.join(paths)}", flush=True)
+
+    broken = False
+    fae_errors = 0
+    for dname in dtypes:
+        dtype = common.DTYPES[dname]
+        for rows, cols in shapes:
+            if broken:
+                break
+            x = None
+            for op in ops:
+                ref = None
+                for impl, fn in impls(fae, op):
+                    rec = {"op": op, "impl": impl, "dtype": dname, "shape": [rows, cols], "error": None}
+                    payload["results"].append(rec)
+                    if budget.expired():
+                        rec["error"] = "skipped: time budget (--max-seconds) spent"
+                        continue
+                    try:
+                        if x is None:
+                            x = torch.randn(rows, cols, device=device, dtype=torch.float32).mul_(3).to(dtype)
+                        if ref is None:
+                            ref = reference(op, x)
+                        out = fn(x)
+                        rec["max_abs_diff"], rec["rel_err"] = common.compare(out, ref)
+                        rec["flag"] = not (rec["rel_err"] <= REL_TOL.get(dname, 1e-2))  # NaN flags too
+                        del out
+                        rec.update(timer.time(lambda: fn(x)))
+                        out_numel = rows if op == "logsumexp" else rows * cols
+                        rec["bytes"] = (rows * cols + out_numel) * x.element_size()
+                        rec["GBps"] = rec["bytes"] / (rec["median_ms"] * 1e-3) / 1e9
+                        rec["pct_copy"] = 100 * rec["GBps"] / copy_gbps if copy_gbps else None
+                    except Exception as e:
+                        rec["error"] = common.first_line(e)
+                        if common.cuda_context_broken(device):
+                            broken = True
+                            rec["error"] += " (CUDA context broken: run stopped)"
+                    if rec["error"] and impl.startswith("fae"):
+                        fae_errors += 1
+                    print(_progress_line(rec), flush=True)
+                    if broken:
+                        break
+                del ref
+                if broken:
+                    break
+            del x
+            if cuda and not broken:
+                torch.cuda.empty_cache()
+            common.write_json(payload, paths)
+
+    payload["complete"] = not broken and not budget.expired()
+    payload["elapsed_s"] = budget.elapsed()
+    common.write_json(payload, paths)
+    import tables  # noqa: E402  (after the run: a table bug must not cost the measurements)
+    print()
+    print(tables.softmax_tables(payload))
+    if broken:
+        print("CUDA context broke during the run: results after that point are missing.")
+    if fae_errors:
+        print(f"{fae_errors} flash_attn_ext point(s) raised an error (see 'error' in the JSON).")
+    return 3 if broken else (2 if fae_errors else 0)
+
+
+def _progress_line(rec):
+    head = f"{rec['op']:<11} {rec['impl']:<10} {rec['dtype']:<4} {rec['shape'][0]:>6}x{rec['shape'][1]:<8}"
+    if rec["error"]:
+        return f"{head} n/a  {rec['error']}"
+    return (f"{head} {rec['median_ms'] * 1e3:9.1f} us  {rec['GBps']:8.1f} GB/s  "
+            f"{common.fmt(rec['pct_copy'], '5.1f')}% copy  maxdiff {rec['max_abs_diff']:.2e}"
+            f"{'  !' if rec['flag'] else ''}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

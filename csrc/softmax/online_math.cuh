@@ -226,7 +226,14 @@ __device__ __forceinline__ void store16(void* p, uint4 v) { *reinterpret_cast<ui
 //  aligned: vector s of thread t is the 16-byte vector at element first + (s * nt + t) * kVec, so the team
 //           reads contiguous 16-byte vectors (requires first and len multiples of kVec, 16-byte aligned row);
 //  scalar:  element j of vector s is first + (s * kVec + j) * nt + t, so each scalar access is coalesced.
-// The group spans nt * kN * kVec elements. Elements at or past `len` read as -inf and are not stored.
+// The group spans nt * kN * kVec elements (< 2^31). Elements at or past `len` read as -inf and are not
+// stored. The bound is clamped once into a 32-bit count of remaining elements, so each access is predicated
+// by one 32-bit compare against a compile-time multiple of the stride (no 64-bit division per row).
+__device__ __forceinline__ int remaining(int64_t len, int64_t base) {
+  const int64_t r = len - base;
+  return r <= 0 ? 0 : (r >= 0x7fffffff ? 0x7fffffff : static_cast<int>(r));
+}
+
 template <typename T, int kN, bool kAligned>
 __device__ __forceinline__ void load_group(const T* row, int64_t len, int64_t first, int nt, int t,
                                            acc_t<T> (&v)[kN][RowsTraits<T>::kVec]) {
@@ -234,12 +241,13 @@ __device__ __forceinline__ void load_group(const T* row, int64_t len, int64_t fi
   constexpr int kVec = RowsTraits<T>::kVec;
   if constexpr (kAligned) {
     const int64_t base = first + static_cast<int64_t>(t) * kVec;
-    const int64_t stride = static_cast<int64_t>(nt) * kVec;
+    const int stride = nt * kVec;
+    const int rem = remaining(len, base);
+    const T* ptr = row + base;
 #pragma unroll
     for (int s = 0; s < kN; ++s) {
-      const int64_t e = base + s * stride;
-      if (e < len) {
-        VecIO<T>::unpack(load16(row + e), v[s]);
+      if (s * stride < rem) {
+        VecIO<T>::unpack(load16(ptr + s * stride), v[s]);
       } else {
 #pragma unroll
         for (int j = 0; j < kVec; ++j) v[s][j] = neg_inf<A>();
@@ -247,12 +255,14 @@ __device__ __forceinline__ void load_group(const T* row, int64_t len, int64_t fi
     }
   } else {
     const int64_t base = first + t;
+    const int rem = remaining(len, base);
+    const T* ptr = row + base;
 #pragma unroll
     for (int s = 0; s < kN; ++s)
 #pragma unroll
       for (int j = 0; j < kVec; ++j) {
-        const int64_t e = base + static_cast<int64_t>(s * kVec + j) * nt;
-        v[s][j] = e < len ? to_acc(__ldg(row + e)) : neg_inf<A>();
+        const int off = (s * kVec + j) * nt;
+        v[s][j] = off < rem ? to_acc(__ldg(ptr + off)) : neg_inf<A>();
       }
   }
 }
@@ -263,20 +273,23 @@ __device__ __forceinline__ void store_group(T* row, int64_t len, int64_t first, 
   constexpr int kVec = RowsTraits<T>::kVec;
   if constexpr (kAligned) {
     const int64_t base = first + static_cast<int64_t>(t) * kVec;
-    const int64_t stride = static_cast<int64_t>(nt) * kVec;
+    const int stride = nt * kVec;
+    const int rem = remaining(len, base);
+    T* ptr = row + base;
 #pragma unroll
     for (int s = 0; s < kN; ++s) {
-      const int64_t e = base + s * stride;
-      if (e < len) store16(row + e, VecIO<T>::pack(v[s]));
+      if (s * stride < rem) store16(ptr + s * stride, VecIO<T>::pack(v[s]));
     }
   } else {
     const int64_t base = first + t;
+    const int rem = remaining(len, base);
+    T* ptr = row + base;
 #pragma unroll
     for (int s = 0; s < kN; ++s)
 #pragma unroll
       for (int j = 0; j < kVec; ++j) {
-        const int64_t e = base + static_cast<int64_t>(s * kVec + j) * nt;
-        if (e < len) row[e] = from_acc<T>(v[s][j]);
+        const int off = (s * kVec + j) * nt;
+        if (off < rem) ptr[off] = from_acc<T>(v[s][j]);
       }
   }
 }

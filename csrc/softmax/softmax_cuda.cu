@@ -60,14 +60,14 @@ template <typename T> void softmax_cuda_typed(const SoftmaxProblem& p, cudaStrea
   const int64_t len = p.len;
   const bool aligned = aligned16(x) && aligned16(y) && (len * static_cast<int64_t>(sizeof(T))) % 16 == 0;
   const int64_t nv = ceil_div(len, kVec);
-  RowsParams<T> rp{x, y, rows, len, online, p.output, 1, 1, 0, nullptr, nullptr, nullptr};
+  RowsParams<T> rp{x, y, rows, len, online, p.output, 0, 1, 0, nullptr, nullptr, nullptr};
 
-  // 1. Warp-per-row: lanes_per_row = next_pow2(nv) lanes with one vector each for short rows (several rows
-  //    per warp), else 32 lanes with next_pow2(nv / 32) vectors each.
+  // 1. Warp-per-row: next_pow2(nv) lanes with one vector each for short rows (several rows per warp), else
+  //    32 lanes with next_pow2(nv / 32) vectors each.
   if (nv <= 32 * Traits::kMaxVpt) {
-    rp.lanes_per_row = static_cast<int>(next_pow2(std::min<int64_t>(nv, 32)));
+    while ((int64_t(1) << rp.lanes_log2) < std::min<int64_t>(nv, 32)) ++rp.lanes_log2;
     const int vpl = nv <= 32 ? 1 : static_cast<int>(next_pow2(ceil_div(nv, 32)));
-    launch_warp_rows<T>(rp, vpl, aligned, grid_for(ceil_div(rows, kWarpRowsThreads / rp.lanes_per_row)), stream);
+    launch_warp_rows<T>(rp, vpl, aligned, grid_for(ceil_div(rows, kWarpRowsThreads >> rp.lanes_log2)), stream);
     return;
   }
 

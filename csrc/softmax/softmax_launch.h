@@ -24,13 +24,11 @@ template <> struct AccOf<double> { using type = double; };
 template <typename T> using acc_t = typename AccOf<T>::type;
 
 // Compile-time shape of the row-cached kernels for element type T. A thread (or lane) caches at most 32
-// 32-bit registers of accumulators, so a 1024-thread block still fits in 64 registers per thread:
-// fp32 8 vectors (32 floats), 16-bit 4 vectors (32 floats), double 8 vectors (16 doubles).
+// floats, so a 1024-thread block still fits in 64 registers per thread without spills: fp32 8 vectors,
+// 16-bit 4 vectors; double 4 vectors (8 doubles: 16 doubles spilled at 64 registers).
 template <typename T> struct RowsTraits {
   static constexpr int kVec = 16 / static_cast<int>(sizeof(T));  // elements per 16-byte vector
-  static constexpr int kCachedRegs = 32;
-  static constexpr int kRegsPerElem = static_cast<int>(sizeof(acc_t<T>)) / 4;
-  static constexpr int kMaxVpt = kCachedRegs / (kVec * kRegsPerElem);  // largest vectors per thread
+  static constexpr int kMaxVpt = sizeof(acc_t<T>) == 8 ? 4 : 32 / kVec;  // largest vectors per thread
   static constexpr int kSmallVpt = kMaxVpt / 4;                         // the other block-kernel size
   static_assert(kVec * static_cast<int>(sizeof(T)) == 16, "element size must divide 16 bytes");
   static_assert(kMaxVpt == 4 || kMaxVpt == 8, "warp kernels are compiled for 1, 2, 4 (and 8) vectors");
@@ -52,7 +50,7 @@ template <typename T> struct RowsParams {
   int64_t len;
   bool online;             // one fused (m, d) reduction; false: max reduction, then sum reduction
   SoftmaxOutput output;
-  int lanes_per_row;       // warp kernel: lanes per row, a power of two in [1, 32]
+  int lanes_log2;          // warp kernel: log2 of the lanes per row, in [0, 5]
   int chunks;              // block kernel: blocks per row (1: block-per-row; > 1: split-row)
   int smem_vecs;           // block kernel, aligned rows: 16-byte vectors per thread kept in shared memory
   acc_t<T>* part_m;        // split-row: per-(row, chunk) partial max ...

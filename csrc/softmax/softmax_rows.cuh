@@ -13,18 +13,23 @@
 namespace flash_attn_ext {
 namespace softmax {
 
-// Warp-per-row. Block: 256 threads = 8 warps; a team of p.lanes_per_row lanes (a power of two, aligned
+// Warp-per-row. Block: 256 threads = 8 warps; a team of 2^p.lanes_log2 lanes (a power of two, aligned
 // within the warp) owns one row, so a block owns 256 / lanes consecutive rows and walks row groups
 // grid-stride. Each lane holds kVpl vectors of kVec elements: len <= lanes * kVpl * kVec. Reductions are
 // xor-shuffles inside the team. Teams past the last row run the shuffles (the warp must) but touch no memory.
+// Register bound: ptxas left alone keeps the vector variants spill-free at <= 48 registers, but spilled the
+// 32-scalar variants; 3 blocks per SM (<= 80 registers) keeps those out of local memory.
 template <typename T, int kVpl, bool kAligned>
-__global__ void __launch_bounds__(kWarpRowsThreads) softmax_warp_rows_kernel(const RowsParams<T> p) {
+__global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? 0 : 3) softmax_warp_rows_kernel(const RowsParams<T> p) {
   using A = acc_t<T>;
   constexpr int kVec = RowsTraits<T>::kVec;
-  const int lanes = p.lanes_per_row;
+  // Rows of more than one vector per lane use whole warps (the host guarantees it); a compile-time team
+  // width turns every element offset into an immediate, which keeps the scalar variant out of spills.
+  const int lanes_log2 = kVpl > 1 ? 5 : p.lanes_log2;
+  const int lanes = 1 << lanes_log2;
   const int li = threadIdx.x & (lanes - 1);
-  const int team = threadIdx.x / lanes;
-  const int rows_per_block = kWarpRowsThreads / lanes;
+  const int team = threadIdx.x >> lanes_log2;
+  const int rows_per_block = kWarpRowsThreads >> lanes_log2;
   const bool keep_terms = p.output == SoftmaxOutput::Softmax;
 
   for (int64_t first_row = static_cast<int64_t>(blockIdx.x) * rows_per_block; first_row < p.rows;
@@ -120,7 +125,7 @@ __global__ void __launch_bounds__(kMaxBlockThreads) softmax_block_rows_kernel(co
   const int64_t smem_stride = static_cast<int64_t>(nt) * kVec;
 
   for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
-    const int64_t row = item / p.chunks;
+    const int64_t row = p.chunks == 1 ? item : item / p.chunks;  // skips a 64-bit division per row
     const int64_t first = (item - row * p.chunks) * chunk_elems;
     const T* x = p.x + row * p.len;
 

@@ -1,0 +1,334 @@
+#pragma once
+// Device numerics shared by every softmax kernel: the online (max, sum) state and its merge rule, the
+// exponential with torch's infinity guard, warp and block reductions, and 16-byte vector access.
+//
+// State (m, d): m = running max, d = sum of exp(x - m), starting from (-inf, 0).
+//   rescale(a, m) = (a == m) ? 1 : exp(a - m)   equal infinities give 1, never exp(NaN)
+//   element:  m' = fmax(m, x);  d' = d * rescale(m, m') + rescale(x, m')
+//   merge:    m = fmax(ma, mb); d = da * rescale(ma, m) + db * rescale(mb, m)
+// fmax ignores NaN, so m is never NaN; a NaN element makes its exp NaN and d NaN, which then poisons the
+// whole row as in torch. Elements past the end of a row are read as -inf: they add exp(-inf - m) = 0 when m
+// is finite, and when m is +-inf the result does not depend on d (NaN for softmax and log_softmax, m for
+// logsumexp; see finalize rules below), so padding never changes a result.
+//
+// In fp32 exp(t) is exp2f(t * log2(e)): one FMUL before MUFU.EX2. t = x - m is formed first so that the
+// argument is exact for x close to m (where the large outputs are); fmaf(x, log2e, -m * log2e) would add
+// the rounding error of m * log2e to every output.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+#include "softmax/softmax_launch.h"
+
+namespace flash_attn_ext {
+namespace softmax {
+
+template <typename A> struct OnlineState {
+  A m;
+  A d;
+};
+
+template <typename A> __device__ __forceinline__ A neg_inf() { return -std::numeric_limits<A>::infinity(); }
+template <typename A> __device__ __forceinline__ A quiet_nan() { return std::numeric_limits<A>::quiet_NaN(); }
+template <typename A> __device__ __forceinline__ OnlineState<A> empty_state() { return {neg_inf<A>(), A(0)}; }
+
+__device__ __forceinline__ float amax(float a, float b) { return fmaxf(a, b); }
+__device__ __forceinline__ double amax(double a, double b) { return fmax(a, b); }
+__device__ __forceinline__ float exp_of(float t) { return exp2f(t * 1.4426950408889634f); }
+__device__ __forceinline__ double exp_of(double t) { return exp(t); }
+__device__ __forceinline__ float log_of(float v) { return logf(v); }
+__device__ __forceinline__ double log_of(double v) { return log(v); }
+
+template <typename A> __device__ __forceinline__ A rescale(A a, A m) { return a == m ? A(1) : exp_of(a - m); }
+
+// One exponential per merge: the side holding the larger max is rescaled by exactly 1.
+template <typename A>
+__device__ __forceinline__ OnlineState<A> merge(OnlineState<A> a, OnlineState<A> b) {
+  const bool a_big = a.m >= b.m;
+  const A m = a_big ? a.m : b.m;
+  const A small_m = a_big ? b.m : a.m;
+  const A big_d = a_big ? a.d : b.d;
+  const A small_d = a_big ? b.d : a.d;
+  return {m, small_d * rescale(small_m, m) + big_d};
+}
+
+// --- finalize rules (torch parity) -----------------------------------------------------------------------
+// logsumexp = m + log(d): +inf for a row holding +inf, -inf for a row of -inf, NaN when d is NaN.
+template <typename A> __device__ __forceinline__ A row_lse(OnlineState<A> s) { return s.m + log_of(s.d); }
+// softmax / log_softmax: a row whose max is +inf is NaN everywhere (inf - inf in torch), and so is a row of
+// -inf (-inf - -inf); both come out of d = NaN.
+template <typename A> __device__ __forceinline__ OnlineState<A> poison_infinite_max(OnlineState<A> s) {
+  if (isinf(s.m)) s.d = quiet_nan<A>();
+  return s;
+}
+
+// --- thread-local folds over register arrays (compile-time indices only, so nothing goes to local memory) -
+template <typename A, int kN, int kM> __device__ __forceinline__ A max_of(const A (&v)[kN][kM]) {
+  A mx = neg_inf<A>();
+#pragma unroll
+  for (int i = 0; i < kN; ++i)
+#pragma unroll
+    for (int j = 0; j < kM; ++j) mx = amax(mx, v[i][j]);
+  return mx;
+}
+
+// Returns sum rescale(v, ref); with keep != 0 the terms replace v (softmax reuses them in its epilogue, so
+// each element costs one exponential).
+template <typename A, int kN, int kM>
+__device__ __forceinline__ A sum_rescaled(A (&v)[kN][kM], A ref, bool keep) {
+  A sum = A(0);
+#pragma unroll
+  for (int i = 0; i < kN; ++i)
+#pragma unroll
+    for (int j = 0; j < kM; ++j) {
+      const A e = rescale(v[i][j], ref);
+      sum += e;
+      if (keep) v[i][j] = e;
+    }
+  return sum;
+}
+
+// Element update for a group of values: the group's max first, so d is rescaled once per group.
+template <typename A, int kN, int kM>
+__device__ __forceinline__ void fold(OnlineState<A>& s, const A (&v)[kN][kM]) {
+  const A m = amax(s.m, max_of(v));
+  A d = s.d * rescale(s.m, m);
+#pragma unroll
+  for (int i = 0; i < kN; ++i)
+#pragma unroll
+    for (int j = 0; j < kM; ++j) d += rescale(v[i][j], m);
+  s = {m, d};
+}
+
+// --- reductions -----------------------------------------------------------------------------------------
+struct MaxOp {
+  template <typename A> __device__ __forceinline__ A operator()(A a, A b) const { return amax(a, b); }
+};
+struct SumOp {
+  template <typename A> __device__ __forceinline__ A operator()(A a, A b) const { return a + b; }
+};
+struct MergeOp {
+  template <typename A>
+  __device__ __forceinline__ OnlineState<A> operator()(OnlineState<A> a, OnlineState<A> b) const {
+    return merge(a, b);
+  }
+};
+
+template <typename A> __device__ __forceinline__ A shfl_xor(A v, int o) { return __shfl_xor_sync(0xffffffffu, v, o); }
+template <typename A> __device__ __forceinline__ OnlineState<A> shfl_xor(OnlineState<A> s, int o) {
+  return {shfl_xor(s.m, o), shfl_xor(s.d, o)};
+}
+
+// All-reduce within aligned groups of `width` lanes (a power of two <= 32). Every lane of the warp must
+// call it. The three ops are commutative, so both partners of a butterfly step get the same value and the
+// whole group ends bitwise identical.
+template <typename V, typename Op> __device__ __forceinline__ V warp_allreduce(V v, Op op, int width = 32) {
+  for (int o = width >> 1; o > 0; o >>= 1) v = op(v, shfl_xor(v, o));
+  return v;
+}
+
+// All-reduce over the block (blockDim.x a multiple of 32). `scratch` holds 32 values; the closing barrier
+// lets the caller reuse it at once.
+template <typename V, typename Op>
+__device__ __forceinline__ V block_allreduce(V v, Op op, V identity, V* scratch) {
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  v = warp_allreduce(v, op);
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < static_cast<int>(blockDim.x >> 5) ? scratch[lane] : identity;
+  v = warp_allreduce(v, op);
+  __syncthreads();
+  return v;
+}
+
+// --- element access ---------------------------------------------------------------------------------------
+template <typename To, typename From> __device__ __forceinline__ To bit_cast(const From& f) {
+  static_assert(sizeof(To) == sizeof(From), "bit_cast size mismatch");
+  To t;
+  memcpy(&t, &f, sizeof(To));
+  return t;
+}
+
+__device__ __forceinline__ float to_acc(float v) { return v; }
+__device__ __forceinline__ double to_acc(double v) { return v; }
+__device__ __forceinline__ float to_acc(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_acc(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <typename T> __device__ __forceinline__ T from_acc(acc_t<T> v);
+template <> __device__ __forceinline__ float from_acc<float>(float v) { return v; }
+template <> __device__ __forceinline__ double from_acc<double>(double v) { return v; }
+template <> __device__ __forceinline__ __half from_acc<__half>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_acc<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+
+// 16 raw bytes <-> kVec accumulators, element 0 at the lowest address.
+template <typename T> struct VecIO;
+template <> struct VecIO<float> {
+  static __device__ __forceinline__ void unpack(uint4 r, float (&v)[4]) {
+    v[0] = __uint_as_float(r.x); v[1] = __uint_as_float(r.y);
+    v[2] = __uint_as_float(r.z); v[3] = __uint_as_float(r.w);
+  }
+  static __device__ __forceinline__ uint4 pack(const float (&v)[4]) {
+    return make_uint4(__float_as_uint(v[0]), __float_as_uint(v[1]), __float_as_uint(v[2]), __float_as_uint(v[3]));
+  }
+};
+template <> struct VecIO<double> {
+  static __device__ __forceinline__ void unpack(uint4 r, double (&v)[2]) {
+    v[0] = __hiloint2double(static_cast<int>(r.y), static_cast<int>(r.x));
+    v[1] = __hiloint2double(static_cast<int>(r.w), static_cast<int>(r.z));
+  }
+  static __device__ __forceinline__ uint4 pack(const double (&v)[2]) {
+    return make_uint4(static_cast<unsigned>(__double2loint(v[0])), static_cast<unsigned>(__double2hiint(v[0])),
+                      static_cast<unsigned>(__double2loint(v[1])), static_cast<unsigned>(__double2hiint(v[1])));
+  }
+};
+template <> struct VecIO<__half> {
+  static __device__ __forceinline__ float2 unpack2(unsigned w) { return __half22float2(bit_cast<__half2>(w)); }
+  static __device__ __forceinline__ unsigned pack2(float a, float b) { return bit_cast<unsigned>(__floats2half2_rn(a, b)); }
+  static __device__ __forceinline__ void unpack(uint4 r, float (&v)[8]) {
+    const unsigned w[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 f = unpack2(w[i]);
+      v[2 * i] = f.x;
+      v[2 * i + 1] = f.y;
+    }
+  }
+  static __device__ __forceinline__ uint4 pack(const float (&v)[8]) {
+    return make_uint4(pack2(v[0], v[1]), pack2(v[2], v[3]), pack2(v[4], v[5]), pack2(v[6], v[7]));
+  }
+};
+template <> struct VecIO<__nv_bfloat16> {
+  // bf16 -> fp32 is a 16-bit shift; fp32 -> bf16 rounds to nearest even (one F2FP per pair on sm_80+).
+  static __device__ __forceinline__ unsigned pack2(float a, float b) {
+    return bit_cast<unsigned>(__floats2bfloat162_rn(a, b));
+  }
+  static __device__ __forceinline__ void unpack(uint4 r, float (&v)[8]) {
+    const unsigned w[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      v[2 * i] = __uint_as_float(w[i] << 16);
+      v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    }
+  }
+  static __device__ __forceinline__ uint4 pack(const float (&v)[8]) {
+    return make_uint4(pack2(v[0], v[1]), pack2(v[2], v[3]), pack2(v[4], v[5]), pack2(v[6], v[7]));
+  }
+};
+
+__device__ __forceinline__ uint4 load16(const void* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
+__device__ __forceinline__ void store16(void* p, uint4 v) { *reinterpret_cast<uint4*>(p) = v; }
+
+// A "group" is what one thread of a team of nt threads holds of a row, starting at element `first`:
+//  aligned: vector s of thread t is the 16-byte vector at element first + (s * nt + t) * kVec, so the team
+//           reads contiguous 16-byte vectors (requires first and len multiples of kVec, 16-byte aligned row);
+//  scalar:  element j of vector s is first + (s * kVec + j) * nt + t, so each scalar access is coalesced.
+// The group spans nt * kN * kVec elements (< 2^31). Elements at or past `len` read as -inf and are not
+// stored. The bound is clamped once into a 32-bit count of remaining elements, so each access is predicated
+// by one 32-bit compare against a compile-time multiple of the stride (no 64-bit division per row).
+__device__ __forceinline__ int remaining(int64_t len, int64_t base) {
+  const int64_t r = len - base;
+  return r <= 0 ? 0 : (r >= 0x7fffffff ? 0x7fffffff : static_cast<int>(r));
+}
+
+template <typename T, int kN, bool kAligned>
+__device__ __forceinline__ void load_group(const T* row, int64_t len, int64_t first, int nt, int t,
+                                           acc_t<T> (&v)[kN][RowsTraits<T>::kVec]) {
+  using A = acc_t<T>;
+  constexpr int kVec = RowsTraits<T>::kVec;
+  if constexpr (kAligned) {
+    const int64_t base = first + static_cast<int64_t>(t) * kVec;
+    const int stride = nt * kVec;
+    const int rem = remaining(len, base);
+    const T* ptr = row + base;
+#pragma unroll
+    for (int s = 0; s < kN; ++s) {
+      if (s * stride < rem) {
+        VecIO<T>::unpack(load16(ptr + s * stride), v[s]);
+      } else {
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) v[s][j] = neg_inf<A>();
+      }
+    }
+  } else {
+    const int64_t base = first + t;
+    const int rem = remaining(len, base);
+    const T* ptr = row + base;
+#pragma unroll
+    for (int s = 0; s < kN; ++s)
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) {
+        const int off = (s * kVec + j) * nt;
+        v[s][j] = off < rem ? to_acc(__ldg(ptr + off)) : neg_inf<A>();
+      }
+  }
+}
+
+template <typename T, int kN, bool kAligned>
+__device__ __forceinline__ void store_group(T* row, int64_t len, int64_t first, int nt, int t,
+                                            const acc_t<T> (&v)[kN][RowsTraits<T>::kVec]) {
+  constexpr int kVec = RowsTraits<T>::kVec;
+  if constexpr (kAligned) {
+    const int64_t base = first + static_cast<int64_t>(t) * kVec;
+    const int stride = nt * kVec;
+    const int rem = remaining(len, base);
+    T* ptr = row + base;
+#pragma unroll
+    for (int s = 0; s < kN; ++s) {
+      if (s * stride < rem) store16(ptr + s * stride, VecIO<T>::pack(v[s]));
+    }
+  } else {
+    const int64_t base = first + t;
+    const int rem = remaining(len, base);
+    T* ptr = row + base;
+#pragma unroll
+    for (int s = 0; s < kN; ++s)
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) {
+        const int off = (s * kVec + j) * nt;
+        if (off < rem) ptr[off] = from_acc<T>(v[s][j]);
+      }
+  }
+}
+
+// The per-element epilogue of softmax / log_softmax once the row's (m, d) is known. `ref` is the max the
+// thread's cached terms were taken against: softmax y = rescale(x, ref) * scale, log_softmax y = x - shift.
+template <typename A> struct Epilogue {
+  bool softmax;
+  A scale;
+  A shift;
+  __device__ __forceinline__ Epilogue(SoftmaxOutput out, OnlineState<A> row, A ref) {
+    const OnlineState<A> s = poison_infinite_max(row);
+    softmax = out == SoftmaxOutput::Softmax;
+    scale = softmax ? rescale(ref, s.m) / s.d : A(0);
+    shift = softmax ? A(0) : s.m + log_of(s.d);
+  }
+  // x is the input element; for softmax the caller may pass the cached term via apply_term instead.
+  __device__ __forceinline__ A apply(A x, A ref) const { return softmax ? rescale(x, ref) * scale : x - shift; }
+  __device__ __forceinline__ A apply_term(A term_or_x) const {
+    return softmax ? term_or_x * scale : term_or_x - shift;
+  }
+};
+
+// cp.async (sm_80+): a 16-byte global -> shared copy that bypasses registers and L1, so a thread can have
+// many in flight while it works on its register-cached vectors.
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
+#else
+  *reinterpret_cast<uint4*>(smem) = load16(gmem);
+#endif
+}
+// Waits for this thread's copies; they are then visible to this thread (each thread reads only its own).
+__device__ __forceinline__ void cp_async_wait_all() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
+#endif
+}
+
+}  // namespace softmax
+}  // namespace flash_attn_ext

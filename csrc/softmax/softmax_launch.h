@@ -1,0 +1,104 @@
+#pragma once
+// Plain-data parameters of the CUDA softmax kernel families and the launchers that map a runtime
+// configuration onto the compiled instantiations. The heuristic that picks a configuration lives in
+// softmax_cuda.cu (softmax_cuda_typed); the launchers only translate it, and every switch in them
+// rejects a configuration that was not compiled.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "softmax/softmax_problem.h"
+
+namespace flash_attn_ext {
+
+// Entry point registered for the CUDA dispatch key (softmax_cuda.cu).
+void softmax_cuda(const SoftmaxProblem& p);
+
+namespace softmax {
+
+// Accumulator type: float for the 16- and 32-bit types, double for double.
+template <typename T> struct AccOf { using type = float; };
+template <> struct AccOf<double> { using type = double; };
+template <typename T> using acc_t = typename AccOf<T>::type;
+
+// Compile-time shape of the row-cached kernels for element type T. A thread (or lane) caches at most 32
+// floats, so a 1024-thread block still fits in 64 registers per thread without spills: fp32 8 vectors,
+// 16-bit 4 vectors; double 4 vectors (8 doubles: 16 doubles spilled at 64 registers).
+template <typename T> struct RowsTraits {
+  static constexpr int kVec = 16 / static_cast<int>(sizeof(T));  // elements per 16-byte vector
+  static constexpr int kMaxVpt = sizeof(acc_t<T>) == 8 ? 4 : 32 / kVec;  // largest vectors per thread
+  static constexpr int kSmallVpt = kMaxVpt / 4;                         // the other block-kernel size
+  static_assert(kVec * static_cast<int>(sizeof(T)) == 16, "element size must divide 16 bytes");
+  static_assert(kMaxVpt == 4 || kMaxVpt == 8, "warp kernels are compiled for 1, 2, 4 (and 8) vectors");
+  static_assert(kSmallVpt >= 1, "block kernels need a small size of at least one vector");
+};
+
+constexpr int kWarpRowsThreads = 256;    // warp-per-row kernel: 8 warps per block
+constexpr int kMaxBlockThreads = 1024;   // block-per-chunk kernel: any multiple of 32 up to this
+constexpr int kSplitThreads = 512;       // block size of the split-row configuration
+constexpr int kStreamThreads = 256;      // streaming kernels
+constexpr int kStreamUnroll = 4;         // 16-byte vectors in flight per thread per step
+constexpr int kColumnThreads = 256;      // column kernel: blockDim.x * blockDim.y
+
+// Rows (inner == 1), row-cached kernels. x: (rows, len) contiguous; y: (rows, len), or (rows) for LSE.
+template <typename T> struct RowsParams {
+  const T* x;
+  T* y;
+  int64_t rows;
+  int64_t len;
+  bool online;             // one fused (m, d) reduction; false: max reduction, then sum reduction
+  SoftmaxOutput output;
+  int lanes_log2;          // warp kernel: log2 of the lanes per row, in [0, 5]
+  int chunks;              // block kernel: blocks per row (1: block-per-row; > 1: split-row)
+  int smem_vecs;           // block kernel, aligned rows: 16-byte vectors per thread kept in shared memory
+  acc_t<T>* part_m;        // split-row: per-(row, chunk) partial max ...
+  acc_t<T>* part_d;        // ... and partial sum, both indexed by item = row * chunks + chunk
+  int* counters;           // split-row: per-row count of published chunks, zeroed before the launch
+};
+
+// Rows that do not fit on chip: separate passes over global memory. Items are (row, chunk) pairs.
+enum class StreamPass : int { Max, SumAtMax, State };
+template <typename T> struct StreamParams {
+  const T* x;
+  T* y;
+  int64_t rows;
+  int64_t len;
+  int64_t chunk_elems;     // multiple of kStreamThreads * kStreamUnroll * kVec
+  int chunks;              // chunks per row
+  StreamPass pass;         // reduce kernel only
+  bool online;             // normalize kernel: partials are (m, d) states; false: maxima and sums at M
+  SoftmaxOutput output;
+  acc_t<T>* part_m;        // [rows * chunks]
+  acc_t<T>* part_d;        // [rows * chunks]
+};
+
+// inner > 1: x viewed as (outer, len, inner); y: the same shape, or (outer, inner) for LSE.
+template <typename T> struct ColumnsParams {
+  const T* x;
+  T* y;
+  int64_t outer;
+  int64_t len;
+  int64_t inner;
+  bool online;
+  SoftmaxOutput output;
+};
+
+template <typename T> void launch_warp_rows(const RowsParams<T>& p, int vpl, bool aligned, int grid,
+                                            cudaStream_t stream);
+// Cooperative when p.chunks > 1: then every block must be co-resident (grid <= resident capacity).
+template <typename T> void launch_block_rows(const RowsParams<T>& p, int vpt, bool aligned, int threads,
+                                             int grid, cudaStream_t stream);
+// Resident blocks per SM of the block kernel for this configuration (0 when it cannot launch).
+template <typename T> int block_rows_blocks_per_sm(int vpt, bool aligned, int threads, size_t smem_bytes);
+
+template <typename T> void launch_stream_reduce(const StreamParams<T>& p, bool aligned, int grid,
+                                                cudaStream_t stream);
+template <typename T> void launch_stream_normalize(const StreamParams<T>& p, bool aligned, int grid,
+                                                   cudaStream_t stream);
+template <typename T> void launch_logsumexp_finalize(const StreamParams<T>& p, cudaStream_t stream);
+template <typename T> void launch_columns(const ColumnsParams<T>& p, cudaStream_t stream);
+
+}  // namespace softmax
+}  // namespace flash_attn_ext

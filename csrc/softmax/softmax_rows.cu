@@ -1,0 +1,110 @@
+// Launchers of the row-cached kernels: map (vectors per thread, aligned) onto the compiled instantiations.
+// Instantiated per dtype: warp kernel for 1, 2, 4 (and 8 when RowsTraits allows) vectors per lane, block
+// kernel for RowsTraits' small and large vectors per thread, each aligned and scalar.
+#include <c10/util/Exception.h>
+
+#include "common/cuda_check.h"
+#include "softmax/softmax_rows.cuh"
+
+namespace flash_attn_ext {
+namespace softmax {
+namespace {
+
+template <typename T> using RowsKernel = void (*)(RowsParams<T>);
+
+template <typename T, int kVpl> RowsKernel<T> warp_kernel(bool aligned) {
+  if constexpr (kVpl <= RowsTraits<T>::kMaxVpt) {
+    return aligned ? softmax_warp_rows_kernel<T, kVpl, true> : softmax_warp_rows_kernel<T, kVpl, false>;
+  } else {
+    return nullptr;
+  }
+}
+
+template <typename T> RowsKernel<T> select_warp_kernel(int vpl, bool aligned) {
+  RowsKernel<T> k = nullptr;
+  switch (vpl) {
+    case 1: k = warp_kernel<T, 1>(aligned); break;
+    case 2: k = warp_kernel<T, 2>(aligned); break;
+    case 4: k = warp_kernel<T, 4>(aligned); break;
+    case 8: k = warp_kernel<T, 8>(aligned); break;
+    default: break;
+  }
+  TORCH_CHECK(k != nullptr, "flash_attn_ext softmax: no warp-per-row kernel for ", vpl, " vectors per lane");
+  return k;
+}
+
+template <typename T> RowsKernel<T> select_block_kernel(int vpt, bool aligned) {
+  constexpr int kSmall = RowsTraits<T>::kSmallVpt;
+  constexpr int kLarge = RowsTraits<T>::kMaxVpt;
+  if (vpt == kSmall) {
+    return aligned ? softmax_block_rows_kernel<T, kSmall, true> : softmax_block_rows_kernel<T, kSmall, false>;
+  }
+  if (vpt == kLarge) {
+    return aligned ? softmax_block_rows_kernel<T, kLarge, true> : softmax_block_rows_kernel<T, kLarge, false>;
+  }
+  TORCH_CHECK(false, "flash_attn_ext softmax: no block kernel for ", vpt, " vectors per thread");
+}
+
+// Dynamic shared memory above the 48 KiB default must be opted into per kernel, before the occupancy query
+// and the launch. Not a stream operation, so it is legal during graph capture.
+template <typename T> void allow_dynamic_smem(RowsKernel<T> k, size_t smem_bytes) {
+  if (smem_bytes > 48 * 1024) {
+    FAE_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_bytes)));
+  }
+}
+
+}  // namespace
+
+template <typename T>
+void launch_warp_rows(const RowsParams<T>& p, int vpl, bool aligned, int grid, cudaStream_t stream) {
+  select_warp_kernel<T>(vpl, aligned)<<<grid, kWarpRowsThreads, 0, stream>>>(p);
+  FAE_LAUNCH_CHECK();
+}
+
+template <typename T> int block_rows_blocks_per_sm(int vpt, bool aligned, int threads, size_t smem_bytes) {
+  const RowsKernel<T> k = select_block_kernel<T>(vpt, aligned);
+  allow_dynamic_smem<T>(k, smem_bytes);
+  int blocks = 0;
+  FAE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, k, threads, smem_bytes));
+  return blocks;
+}
+
+template <typename T>
+void launch_block_rows(const RowsParams<T>& p, int vpt, bool aligned, int threads, int grid, cudaStream_t stream) {
+  const RowsKernel<T> k = select_block_kernel<T>(vpt, aligned);
+  const size_t smem = aligned ? static_cast<size_t>(threads) * p.smem_vecs * 16 : 0;
+  allow_dynamic_smem<T>(k, smem);
+  if (p.chunks == 1) {
+    k<<<grid, threads, smem, stream>>>(p);
+    FAE_LAUNCH_CHECK();
+    return;
+  }
+  // Split-row blocks wait for each other: a cooperative launch fails (instead of deadlocking) when the
+  // grid cannot be fully resident. Cooperative launches are expected to be capturable into CUDA graphs
+  // (a kernel node with the cooperative attribute); the graph-capture test on the GPU checks this.
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(grid);
+  config.blockDim = dim3(threads);
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeCooperative;
+  attribute[0].val.cooperative = 1;
+  config.attrs = attribute;
+  config.numAttrs = 1;
+  FAE_CUDA_CHECK(cudaLaunchKernelEx(&config, k, p));
+  FAE_LAUNCH_CHECK();
+}
+
+#define FAE_INSTANTIATE_ROWS(T)                                                                              \
+  template void launch_warp_rows<T>(const RowsParams<T>&, int, bool, int, cudaStream_t);                     \
+  template int block_rows_blocks_per_sm<T>(int, bool, int, size_t);                                          \
+  template void launch_block_rows<T>(const RowsParams<T>&, int, bool, int, int, cudaStream_t);
+FAE_INSTANTIATE_ROWS(float)
+FAE_INSTANTIATE_ROWS(double)
+FAE_INSTANTIATE_ROWS(__half)
+FAE_INSTANTIATE_ROWS(__nv_bfloat16)
+#undef FAE_INSTANTIATE_ROWS
+
+}  // namespace softmax
+}  // namespace flash_attn_ext

@@ -1,0 +1,190 @@
+#pragma once
+// Row kernels that keep the row on chip (inner == 1), so each element is read from DRAM once and written
+// once:
+//   softmax_warp_rows_kernel   short rows, one team of lanes per row, row in registers;
+//   softmax_block_rows_kernel  one block per chunk of a row, chunk in registers (+ shared memory); with one
+//                              chunk per row it is block-per-row, with several it is the split-row kernel.
+// Both compute every thread's local max first and keep exp(x - local max) in registers, so softmax costs
+// one exponential per element whichever reduction runs:
+//   safe   (online == false): max reduction, then sum reduction of the terms against the row max;
+//   online (online == true):  one reduction of (local max, local sum) states with the merge rule.
+#include "softmax/online_math.cuh"
+
+namespace flash_attn_ext {
+namespace softmax {
+
+// Warp-per-row. Block: 256 threads = 8 warps; a team of 2^p.lanes_log2 lanes (a power of two, aligned
+// within the warp) owns one row, so a block owns 256 / lanes consecutive rows and walks row groups
+// grid-stride. Each lane holds kVpl vectors of kVec elements: len <= lanes * kVpl * kVec. Reductions are
+// xor-shuffles inside the team. Teams past the last row run the shuffles (the warp must) but touch no memory.
+// Register bound: ptxas left alone keeps the vector variants spill-free at <= 48 registers, but spilled the
+// 32-scalar variants; 3 blocks per SM (<= 80 registers) keeps those out of local memory.
+template <typename T, int kVpl, bool kAligned>
+__global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? 0 : 3) softmax_warp_rows_kernel(const RowsParams<T> p) {
+  using A = acc_t<T>;
+  constexpr int kVec = RowsTraits<T>::kVec;
+  // Rows of more than one vector per lane use whole warps (the host guarantees it); a compile-time team
+  // width turns every element offset into an immediate, which keeps the scalar variant out of spills.
+  const int lanes_log2 = kVpl > 1 ? 5 : p.lanes_log2;
+  const int lanes = 1 << lanes_log2;
+  const int li = threadIdx.x & (lanes - 1);
+  const int team = threadIdx.x >> lanes_log2;
+  const int rows_per_block = kWarpRowsThreads >> lanes_log2;
+  const bool keep_terms = p.output == SoftmaxOutput::Softmax;
+
+  for (int64_t first_row = static_cast<int64_t>(blockIdx.x) * rows_per_block; first_row < p.rows;
+       first_row += static_cast<int64_t>(gridDim.x) * rows_per_block) {
+    const int64_t row = first_row + team;
+    const bool valid = row < p.rows;
+    const int64_t len = valid ? p.len : 0;  // an empty row reads as -inf and stores nothing
+    const int64_t offset = valid ? row * p.len : 0;
+
+    A v[kVpl][kVec];
+    load_group<T, kVpl, kAligned>(p.x + offset, len, 0, lanes, li, v);
+    const A local_max = max_of(v);
+    // The terms are taken against the lane's own max (online) or the row max (safe).
+    const A ref = p.online ? local_max : warp_allreduce(local_max, MaxOp{}, lanes);
+    const A local_sum = sum_rescaled(v, ref, keep_terms);
+    OnlineState<A> row_state;
+    if (p.online) {
+      row_state = warp_allreduce(OnlineState<A>{ref, local_sum}, MergeOp{}, lanes);
+    } else {
+      row_state = {ref, warp_allreduce(local_sum, SumOp{}, lanes)};
+    }
+
+    if (p.output == SoftmaxOutput::LogSumExp) {
+      if (valid && li == 0) p.y[row] = from_acc<T>(row_lse(row_state));
+      continue;
+    }
+    const Epilogue<A> epi(p.output, row_state, ref);
+#pragma unroll
+    for (int s = 0; s < kVpl; ++s)
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) v[s][j] = epi.apply_term(v[s][j]);
+    store_group<T, kVpl, kAligned>(p.y + offset, len, 0, lanes, li, v);
+  }
+}
+
+// Split-row exchange: publishes this block's (m, d) for its chunk, waits until every chunk of the row has
+// published, then merges the row's partials. Every block of the row merges the same values in the same
+// order, so they all normalize with bitwise-identical statistics. The publish/wait is the grid-sync pattern
+// of cooperative groups: store, __threadfence, atomicAdd (release); volatile spin, __threadfence (acquire);
+// __syncthreads hands the ordering to the rest of the block; partials are read with ld.cg so a stale L1
+// line (a neighbour row's slots) can never be used.
+// Deadlock freedom (the host guarantees chunks <= gridDim.x and a cooperative launch, so all blocks are
+// resident): blocks take items in increasing order and publish before they wait. By induction over rows:
+// once every item of rows < r is done, each block owning an item of row r reaches it (its previous item,
+// at most gridDim.x earlier, lies in an earlier row since chunks <= gridDim.x) and publishes, so the
+// counter of row r reaches `chunks` and every waiter of row r proceeds.
+template <typename T>
+__device__ __forceinline__ OnlineState<acc_t<T>> exchange_row_state(const RowsParams<T>& p, int64_t row,
+                                                                    int64_t item, OnlineState<acc_t<T>> mine,
+                                                                    OnlineState<acc_t<T>>* scratch) {
+  using A = acc_t<T>;
+  if (threadIdx.x == 0) {
+    __stcg(p.part_m + item, mine.m);
+    __stcg(p.part_d + item, mine.d);
+    __threadfence();
+    atomicAdd(p.counters + row, 1);
+    const volatile int* counter = p.counters + row;
+    while (*counter < p.chunks) __nanosleep(32);
+    __threadfence();
+  }
+  __syncthreads();
+  OnlineState<A> acc = empty_state<A>();
+  const int64_t first_item = row * p.chunks;
+  for (int c = threadIdx.x; c < p.chunks; c += blockDim.x) {
+    acc = merge(acc, OnlineState<A>{__ldcg(p.part_m + first_item + c), __ldcg(p.part_d + first_item + c)});
+  }
+  return block_allreduce(acc, MergeOp{}, empty_state<A>(), scratch);
+}
+
+// Block-per-chunk. Grid: persistent-style loop over items = (row, chunk), item = blockIdx.x + i * gridDim.x.
+// Block: blockDim.x = nt threads (multiple of 32, <= 1024). Chunk c of a row covers
+//   aligned: nt * (kVpt + smem_vecs) 16-byte vectors; thread t holds slot s at vector s * nt + t, slots
+//            [0, kVpt) in registers and [kVpt, kVpt + smem_vecs) raw in dynamic shared memory (cp.async),
+//   scalar:  nt * kVpt * kVec elements in registers (smem_vecs is ignored).
+// chunks == 1: block-per-row, no workspace. chunks > 1: split-row, always online; each block publishes its
+// chunk's (m, d) and merges the row's partials (exchange_row_state) before normalizing from on-chip data.
+template <typename T, int kVpt, bool kAligned>
+__global__ void __launch_bounds__(kMaxBlockThreads) softmax_block_rows_kernel(const RowsParams<T> p) {
+  using A = acc_t<T>;
+  constexpr int kVec = RowsTraits<T>::kVec;
+  extern __shared__ uint4 s_chunk[];  // slot kVpt + k of thread t at s_chunk[k * nt + t]; own slots only
+  __shared__ A s_val[32];
+  __shared__ OnlineState<A> s_state[32];
+  const int t = threadIdx.x;
+  const int nt = blockDim.x;
+  const int smem_vecs = kAligned ? p.smem_vecs : 0;
+  const bool online = p.online || p.chunks > 1;
+  const bool keep_terms = p.output == SoftmaxOutput::Softmax;
+  const int64_t chunk_elems = static_cast<int64_t>(nt) * (kVpt + smem_vecs) * kVec;
+  const int64_t items = p.rows * p.chunks;
+  // Element index of shared-memory slot k of this thread, relative to the chunk start.
+  const int64_t smem_base = (static_cast<int64_t>(kVpt) * nt + t) * kVec;
+  const int64_t smem_stride = static_cast<int64_t>(nt) * kVec;
+
+  for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
+    const int64_t row = p.chunks == 1 ? item : item / p.chunks;  // skips a 64-bit division per row
+    const int64_t first = (item - row * p.chunks) * chunk_elems;
+    const T* x = p.x + row * p.len;
+
+    // Shared-memory slots first: the async copies stream in while the register slots load.
+    for (int k = 0; k < smem_vecs; ++k) {
+      const int64_t e = first + smem_base + k * smem_stride;
+      if (e < p.len) cp_async16(&s_chunk[k * nt + t], x + e);
+    }
+    A v[kVpt][kVec];
+    load_group<T, kVpt, kAligned>(x, p.len, first, nt, t, v);
+    A local_max = max_of(v);
+    if (smem_vecs > 0) {
+      cp_async_wait_all();
+      for (int k = 0; k < smem_vecs; ++k) {
+        if (first + smem_base + k * smem_stride >= p.len) break;
+        A w[1][kVec];
+        VecIO<T>::unpack(s_chunk[k * nt + t], w[0]);
+        local_max = amax(local_max, max_of(w));
+      }
+    }
+
+    const A ref = online ? local_max : block_allreduce(local_max, MaxOp{}, neg_inf<A>(), s_val);
+    A local_sum = sum_rescaled(v, ref, keep_terms);
+    for (int k = 0; k < smem_vecs; ++k) {
+      if (first + smem_base + k * smem_stride >= p.len) break;
+      A w[1][kVec];
+      VecIO<T>::unpack(s_chunk[k * nt + t], w[0]);
+      local_sum += sum_rescaled(w, ref, false);
+    }
+    OnlineState<A> row_state;
+    if (online) {
+      row_state = block_allreduce(OnlineState<A>{ref, local_sum}, MergeOp{}, empty_state<A>(), s_state);
+      if (p.chunks > 1) row_state = exchange_row_state(p, row, item, row_state, s_state);
+    } else {
+      row_state = {ref, block_allreduce(local_sum, SumOp{}, A(0), s_val)};
+    }
+
+    if (p.output == SoftmaxOutput::LogSumExp) {
+      if (t == 0 && first == 0) p.y[row] = from_acc<T>(row_lse(row_state));
+      continue;
+    }
+    const Epilogue<A> epi(p.output, row_state, ref);
+#pragma unroll
+    for (int s = 0; s < kVpt; ++s)
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) v[s][j] = epi.apply_term(v[s][j]);
+    T* y = p.y + row * p.len;
+    store_group<T, kVpt, kAligned>(y, p.len, first, nt, t, v);
+    for (int k = 0; k < smem_vecs; ++k) {
+      const int64_t e = first + smem_base + k * smem_stride;
+      if (e >= p.len) break;
+      A w[kVec];
+      VecIO<T>::unpack(s_chunk[k * nt + t], w);
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) w[j] = epi.apply(w[j], ref);
+      store16(y + e, VecIO<T>::pack(w));
+    }
+  }
+}
+
+}  // namespace softmax
+}  // namespace flash_attn_ext

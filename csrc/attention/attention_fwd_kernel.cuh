@@ -77,6 +77,9 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm) att
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
   const int warp_row0 = warp * Traits::kWarpRows;
+  // Warps whose rows all lie past the last query row (decoding: a few packed rows in a 128-row tile)
+  // still load tiles and meet every barrier, but skip the math.
+  const bool warp_active = m0 + warp_row0 < p.packed_rows;
 
   // Key tiles this block visits: up to the largest causal limit among its rows, within its split.
   const int last_row = min(m0 + kBlockM, p.packed_rows) - 1;
@@ -162,26 +165,28 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm) att
         for (int ni = 0; ni < kNTiles; ++ni)
 #pragma unroll
           for (int e = 0; e < 4; ++e) s[mi][ni][e] = 0.f;
+      if (warp_active) {
 #pragma unroll
-      for (int ks = 0; ks < Traits::kKSteps; ++ks) {
-        uint32_t a[kMTiles][4];
-#pragma unroll
-        for (int mi = 0; mi < kMTiles; ++mi) {
-          if constexpr (Traits::kQInRegs) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) a[mi][e] = q_frag[mi][ks][e];
-          } else {
-            ldmatrix_x4(a[mi], sQ + (warp_row0 + mi * 16 + lane % 16) * kStride + ks * 16 + (lane / 16) * 8);
-          }
-        }
-#pragma unroll
-        for (int np = 0; np < kNTiles / 2; ++np) {
-          uint32_t b[4];  // b0/b1 of n tile 2np, then of n tile 2np + 1
-          ldmatrix_x4(b, sK + (np * 16 + (lane / 16) * 8 + lane % 8) * kStride + ks * 16 + ((lane / 8) % 2) * 8);
+        for (int ks = 0; ks < Traits::kKSteps; ++ks) {
+          uint32_t a[kMTiles][4];
 #pragma unroll
           for (int mi = 0; mi < kMTiles; ++mi) {
-            Mma16816<T>::run(s[mi][2 * np], a[mi], b[0], b[1]);
-            Mma16816<T>::run(s[mi][2 * np + 1], a[mi], b[2], b[3]);
+            if constexpr (Traits::kQInRegs) {
+#pragma unroll
+              for (int e = 0; e < 4; ++e) a[mi][e] = q_frag[mi][ks][e];
+            } else {
+              ldmatrix_x4(a[mi], sQ + (warp_row0 + mi * 16 + lane % 16) * kStride + ks * 16 + (lane / 16) * 8);
+            }
+          }
+#pragma unroll
+          for (int np = 0; np < kNTiles / 2; ++np) {
+            uint32_t b[4];  // b0/b1 of n tile 2np, then of n tile 2np + 1
+            ldmatrix_x4(b, sK + (np * 16 + (lane / 16) * 8 + lane % 8) * kStride + ks * 16 + ((lane / 8) % 2) * 8);
+#pragma unroll
+            for (int mi = 0; mi < kMTiles; ++mi) {
+              Mma16816<T>::run(s[mi][2 * np], a[mi], b[0], b[1]);
+              Mma16816<T>::run(s[mi][2 * np + 1], a[mi], b[2], b[3]);
+            }
           }
         }
       }
@@ -193,43 +198,45 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm) att
       cp_async_commit();
 
       // Online softmax in log2 units: scale, mask, update the running max, rescale O and the sum, P = exp2.
-      const bool need_mask = n0 + kBlockN > unmasked_end;
+      if (warp_active) {
+        const bool need_mask = n0 + kBlockN > unmasked_end;
 #pragma unroll
-      for (int mi = 0; mi < kMTiles; ++mi) {
+        for (int mi = 0; mi < kMTiles; ++mi) {
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          float mx = -INFINITY;
+          for (int h = 0; h < 2; ++h) {
+            float mx = -INFINITY;
 #pragma unroll
-          for (int ni = 0; ni < kNTiles; ++ni)
+            for (int ni = 0; ni < kNTiles; ++ni)
 #pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              float x = s[mi][ni][2 * h + e] * p.scale_log2;
-              if (need_mask && n0 + ni * 8 + 2 * t + e >= limit[mi][h]) x = -INFINITY;
-              s[mi][ni][2 * h + e] = x;
-              mx = fmaxf(mx, x);
+              for (int e = 0; e < 2; ++e) {
+                float x = s[mi][ni][2 * h + e] * p.scale_log2;
+                if (need_mask && n0 + ni * 8 + 2 * t + e >= limit[mi][h]) x = -INFINITY;
+                s[mi][ni][2 * h + e] = x;
+                mx = fmaxf(mx, x);
+              }
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
+            const float m_new = fmaxf(row_max[mi][h], mx);
+            // A row that has seen only masked keys keeps m = -inf; exponentiate against 0 so that
+            // exp2(-inf - m) is 0 rather than NaN.
+            const float m_use = m_new == -INFINITY ? 0.f : m_new;
+            const float alpha = exp2f(row_max[mi][h] - m_use);
+            row_max[mi][h] = m_new;
+            float sum = 0.f;
+#pragma unroll
+            for (int ni = 0; ni < kNTiles; ++ni)
+#pragma unroll
+              for (int e = 0; e < 2; ++e) {
+                const float pr = exp2f(s[mi][ni][2 * h + e] - m_use);
+                s[mi][ni][2 * h + e] = pr;
+                sum += pr;
+              }
+            row_sum[mi][h] = row_sum[mi][h] * alpha + sum;
+#pragma unroll
+            for (int dt = 0; dt < kDTiles; ++dt) {
+              o[mi][dt][2 * h] *= alpha;
+              o[mi][dt][2 * h + 1] *= alpha;
             }
-          mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
-          mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
-          const float m_new = fmaxf(row_max[mi][h], mx);
-          // A row that has seen only masked keys keeps m = -inf; exponentiate against 0 so that
-          // exp2(-inf - m) is 0 rather than NaN.
-          const float m_use = m_new == -INFINITY ? 0.f : m_new;
-          const float alpha = exp2f(row_max[mi][h] - m_use);
-          row_max[mi][h] = m_new;
-          float sum = 0.f;
-#pragma unroll
-          for (int ni = 0; ni < kNTiles; ++ni)
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const float pr = exp2f(s[mi][ni][2 * h + e] - m_use);
-              s[mi][ni][2 * h + e] = pr;
-              sum += pr;
-            }
-          row_sum[mi][h] = row_sum[mi][h] * alpha + sum;
-#pragma unroll
-          for (int dt = 0; dt < kDTiles; ++dt) {
-            o[mi][dt][2 * h] *= alpha;
-            o[mi][dt][2 * h + 1] *= alpha;
           }
         }
       }
@@ -238,24 +245,26 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm) att
       __syncthreads();
 
       // O += P V, with P re-packed from the S accumulators straight into A fragments.
+      if (warp_active) {
 #pragma unroll
-      for (int kk = 0; kk < Traits::kPSteps; ++kk) {
-        uint32_t a[kMTiles][4];
-#pragma unroll
-        for (int mi = 0; mi < kMTiles; ++mi) {
-          a[mi][0] = pack2<T>(s[mi][2 * kk][0], s[mi][2 * kk][1]);
-          a[mi][1] = pack2<T>(s[mi][2 * kk][2], s[mi][2 * kk][3]);
-          a[mi][2] = pack2<T>(s[mi][2 * kk + 1][0], s[mi][2 * kk + 1][1]);
-          a[mi][3] = pack2<T>(s[mi][2 * kk + 1][2], s[mi][2 * kk + 1][3]);
-        }
-#pragma unroll
-        for (int dp = 0; dp < kDTiles / 2; ++dp) {
-          uint32_t b[4];  // b0/b1 of d tile 2dp, then of d tile 2dp + 1
-          ldmatrix_x4_trans(b, sV + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * kStride + dp * 16 + (lane / 16) * 8);
+        for (int kk = 0; kk < Traits::kPSteps; ++kk) {
+          uint32_t a[kMTiles][4];
 #pragma unroll
           for (int mi = 0; mi < kMTiles; ++mi) {
-            Mma16816<T>::run(o[mi][2 * dp], a[mi], b[0], b[1]);
-            Mma16816<T>::run(o[mi][2 * dp + 1], a[mi], b[2], b[3]);
+            a[mi][0] = pack2<T>(s[mi][2 * kk][0], s[mi][2 * kk][1]);
+            a[mi][1] = pack2<T>(s[mi][2 * kk][2], s[mi][2 * kk][3]);
+            a[mi][2] = pack2<T>(s[mi][2 * kk + 1][0], s[mi][2 * kk + 1][1]);
+            a[mi][3] = pack2<T>(s[mi][2 * kk + 1][2], s[mi][2 * kk + 1][3]);
+          }
+#pragma unroll
+          for (int dp = 0; dp < kDTiles / 2; ++dp) {
+            uint32_t b[4];  // b0/b1 of d tile 2dp, then of d tile 2dp + 1
+            ldmatrix_x4_trans(b, sV + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * kStride + dp * 16 + (lane / 16) * 8);
+#pragma unroll
+            for (int mi = 0; mi < kMTiles; ++mi) {
+              Mma16816<T>::run(o[mi][2 * dp], a[mi], b[0], b[1]);
+              Mma16816<T>::run(o[mi][2 * dp + 1], a[mi], b[2], b[3]);
+            }
           }
         }
       }

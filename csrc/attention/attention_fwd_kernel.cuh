@@ -220,14 +220,14 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm) att
             // A row that has seen only masked keys keeps m = -inf; exponentiate against 0 so that
             // exp2(-inf - m) is 0 rather than NaN.
             const float m_use = m_new == -INFINITY ? 0.f : m_new;
-            const float alpha = exp2f(row_max[mi][h] - m_use);
+            const float alpha = fast_exp2(row_max[mi][h] - m_use);
             row_max[mi][h] = m_new;
             float sum = 0.f;
 #pragma unroll
             for (int ni = 0; ni < kNTiles; ++ni)
 #pragma unroll
               for (int e = 0; e < 2; ++e) {
-                const float pr = exp2f(s[mi][ni][2 * h + e] - m_use);
+                const float pr = fast_exp2(s[mi][ni][2 * h + e] - m_use);
                 s[mi][ni][2 * h + e] = pr;
                 sum += pr;
               }

@@ -44,12 +44,12 @@ struct AttentionFwdTraits {
   static_assert(kSmemBytes <= 160 * 1024, "must fit the 163 KB of shared memory of sm80");
 };
 
-// The tile shape per head-dim tile (shared by fp16 and bf16). Small head dims: 8 warps of 16 rows, two
-// blocks per SM within 128 registers. 96/128: 4 warps of 32 rows, so each K/V fragment read from smem feeds
-// two MMAs, two blocks per SM at up to 255 registers. 192/256: 8 warps of 16 rows, one block per SM.
+// The tile shape per head-dim tile (shared by fp16 and bf16). 32: 8 warps of 16 rows, two blocks per SM
+// within 128 registers. 64-128: 4 warps of 32 rows, so each K/V fragment read from smem feeds two MMAs, two
+// blocks per SM at up to 255 registers. 192/256: 8 warps of 16 rows, one block per SM.
 template <typename T, int kHeadDim>
 struct AttentionFwdConfig {
-  static constexpr bool kWideWarps = kHeadDim == 96 || kHeadDim == 128;
+  static constexpr bool kWideWarps = kHeadDim >= 64 && kHeadDim <= 128;
   using Traits = AttentionFwdTraits<T, kHeadDim, 128, 64, kWideWarps ? 4 : 8, kHeadDim <= 128 ? 2 : 1>;
 };
 

@@ -107,7 +107,7 @@ __device__ __forceinline__ OnlineState<acc_t<T>> exchange_row_state(const RowsPa
 // chunks == 1: block-per-row, no workspace. chunks > 1: split-row, always online; each block publishes its
 // chunk's (m, d) and merges the row's partials (exchange_row_state) before normalizing from on-chip data.
 template <typename T, int kVpt, bool kAligned>
-__global__ void __launch_bounds__(kMaxBlockThreads) softmax_block_rows_kernel(const RowsParams<T> p) {
+__global__ void __launch_bounds__(kMaxBlockThreads, 1) softmax_block_rows_kernel(const RowsParams<T> p) {
   using A = acc_t<T>;
   constexpr int kVec = RowsTraits<T>::kVec;
   extern __shared__ uint4 s_chunk[];  // slot kVpt + k of thread t at s_chunk[k * nt + t]; own slots only

@@ -106,8 +106,10 @@ __device__ __forceinline__ OnlineState<acc_t<T>> exchange_row_state(const RowsPa
 //   scalar:  nt * kVpt * kVec elements in registers (smem_vecs is ignored).
 // chunks == 1: block-per-row, no workspace. chunks > 1: split-row, always online; each block publishes its
 // chunk's (m, d) and merges the row's partials (exchange_row_state) before normalizing from on-chip data.
+// Bounds (1024, 1): at most 64 registers, so two 512-thread split blocks share an SM; without the explicit 1,
+// ptxas for sm_80 traded small spills for more occupancy.
 template <typename T, int kVpt, bool kAligned>
-__global__ void __launch_bounds__(kMaxBlockThreads) softmax_block_rows_kernel(const RowsParams<T> p) {
+__global__ void __launch_bounds__(kMaxBlockThreads, 1) softmax_block_rows_kernel(const RowsParams<T> p) {
   using A = acc_t<T>;
   constexpr int kVec = RowsTraits<T>::kVec;
   extern __shared__ uint4 s_chunk[];  // slot kVpt + k of thread t at s_chunk[k * nt + t]; own slots only

@@ -53,7 +53,11 @@ __global__ void __launch_bounds__(kStreamThreads) softmax_stream_reduce_kernel(c
     const int64_t last = min(p.len, first + p.chunk_elems);
     const T* x = p.x + row * p.len;
     A row_max = neg_inf<A>();
-    if (p.pass == StreamPass::SumAtMax) row_max = merged_row_partials(p, row, false, s_val, s_state).m;
+    if (p.pass == StreamPass::SumAtMax) {
+      A mx = neg_inf<A>();
+      for (int c = threadIdx.x; c < p.chunks; c += blockDim.x) mx = amax(mx, p.part_m[row * p.chunks + c]);
+      row_max = block_allreduce(mx, MaxOp{}, neg_inf<A>(), s_val);
+    }
 
     A mx = neg_inf<A>();
     A sum = A(0);

@@ -61,7 +61,8 @@ def grids(args, cuda):
         for Sk in common.parse_ints(args.decode_seqlens):
             points.append(dict(grid="decode", dtype=dt, B=args.decode_batch, Hq=32, Hk=8, Sq=1, Sk=Sk, D=128,
                                causal=False))
-    return [p for p in points if _selected(p, args.only)]
+    only = ",".join(args.only)
+    return [p for p in points if _selected(p, only)]
 
 
 def _selected(point, only):
@@ -217,9 +218,9 @@ def main(argv=None):
     p.add_argument("--decode-seqlens", default=None, help="decode Sk values (default 4k,32k,128k)")
     p.add_argument("--decode-batch", type=int, default=None, help="decode B (default 8)")
     p.add_argument("--decode-dtypes", default=None, help="decode dtypes (default bf16)")
-    p.add_argument("--only", default=None,
-                   help="filters k=v,...: keys grid (prefill|decode), dtype, D, S, Sk, B, Hq, causal; "
-                        "a key given twice matches either value")
+    p.add_argument("--only", action="append", default=[],
+                   help="filters k=v,... (repeatable): keys grid (prefill|decode), dtype, D, S, Sk, B, Hq, causal; "
+                        "a key given twice matches either value, different keys must all match")
     p.add_argument("--impls", default=",".join(IMPLS), help=f"which to time, among {','.join(IMPLS)}")
     args = p.parse_args(argv)
 

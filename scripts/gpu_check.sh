@@ -42,6 +42,7 @@ extra=()
 log() { echo "$*" | tee -a "$SUMMARY"; }
 elapsed() { echo $(($(date +%s) - START)); }
 remaining() { echo $((BUDGET - $(elapsed))); }
+left_at_least() { local r; r=$(remaining); echo $((r < $1 ? $1 : r)); }  # never 0: timeout 0 means no limit
 want() { [[ ",$STAGES," == *",$1,"* ]]; }
 record() { STAGE_NAMES+=("$1"); STAGE_RCS+=("$2"); STAGE_SECS+=("$3"); log "=== $1: rc=$2 in ${3}s (t=$(elapsed)s)"; }
 min() { if (($1 < $2)); then echo "$1"; else echo "$2"; fi; }
@@ -96,12 +97,19 @@ EOF
 # --- build ------------------------------------------------------------------------------------------------
 BUILD_OK=1
 if want build; then
-  log "=== build: MAX_JOBS=${MAX_JOBS:-16} TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} (log: build.log)"
+  log "=== build: MAX_JOBS=${MAX_JOBS:-16} TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} pip install -e . (log: build.log)"
   : >"$OUT/build.log"
-  run_limited "$(remaining)" "$OUT/build.log" env MAX_JOBS="${MAX_JOBS:-16}" \
-    TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}" \
-    python3 -m pip install --no-build-isolation --no-deps --no-index -e . -v
+  export MAX_JOBS=${MAX_JOBS:-16} TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
+  run_limited "$(left_at_least 60)" "$OUT/build.log" python3 -m pip install --no-build-isolation --no-deps --no-index -e . -v
   echo "build time: ${SECS}s, rc=$RC" >>"$OUT/build.log"
+  if ((RC != 0 && RC != 124 && RC != 137)) && ! grep -qE "FAILED: |Error compiling objects|error: command" "$OUT/build.log"; then
+    # pip itself failed, not the compiler: build in place instead, the other supported way
+    log "--- pip failed before compiling anything; trying python3 setup.py build_ext --inplace"
+    PIP_SECS=$SECS
+    run_limited "$(left_at_least 60)" "$OUT/build.log" python3 setup.py build_ext --inplace
+    SECS=$((SECS + PIP_SECS))
+    echo "build time (in place): ${SECS}s, rc=$RC" >>"$OUT/build.log"
+  fi
   if ((RC != 0)); then
     BUILD_OK=0
     log "--- build failed; last lines of build.log:"
@@ -163,7 +171,12 @@ bench() {  # stage name, script, cap seconds, extra args (a string)
     local soft=$((LIMIT > 60 ? LIMIT - 25 : LIMIT * 2 / 3))
     eval "extra=($args)"
     log "=== $name: python3 $script --max-seconds $soft $args (hard limit ${LIMIT}s; output in summary.txt)"
+    local offset
+    offset=$(stat -c %s "$SUMMARY")
     run_limited "$LIMIT" "$SUMMARY" python3 "$script" --max-seconds "$soft" --extra-dir "$OUT" "${extra[@]}"
+    if ((RC != 0)); then  # the tables come at the end anyway; on a failure show why here
+      tail -c +$((offset + 1)) "$SUMMARY" | tail -n 12
+    fi
     record "$name" "$RC" "$SECS"
   fi
 }
@@ -179,12 +192,6 @@ if want plot; then
     log "=== plot: no benchmark JSON in \$OUT"
     record plot 1 0
   else
-    if ! python3 -c "import matplotlib" 2>/dev/null && compgen -G ".whl/matplotlib-*.whl" >/dev/null; then
-      # wheels carried with the tree (scripts/fetch_wheels.sh); --no-deps keeps the machine's numpy
-      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/fae_mpl \
-        .whl/*.whl >>"$SUMMARY" 2>&1 || true
-      export PYTHONPATH=/tmp/fae_mpl${PYTHONPATH:+:$PYTHONPATH}
-    fi
     if python3 -c "import matplotlib" 2>/dev/null; then
       set +e
       python3 benchmarks/plot.py "${JSONS[@]}" --out-dir "$OUT" 2>&1 | tee -a "$SUMMARY"
@@ -192,8 +199,8 @@ if want plot; then
       set -e
       record plot "$RC" $(($(date +%s) - t0))
     else
-      log "=== plot: matplotlib is not installed here (carry .whl/ from scripts/fetch_wheels.sh, or run"
-      log "    python3 benchmarks/plot.py FILES on the fetched JSON); no PNG made, not counted as a failure"
+      log "=== plot: matplotlib is not installed here: no PNG made, not counted as a failure (run"
+      log "    python3 benchmarks/plot.py FILES on the fetched JSON elsewhere)"
       record plot 0 0
     fi
   fi

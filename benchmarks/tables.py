@@ -17,7 +17,7 @@ def _header(payload):
     env, ceil = payload.get("env", {}), payload.get("ceilings", {})
     parts = [f"{payload.get('benchmark')} on {env.get('device_name')}", f"torch {env.get('torch')}",
              f"CUDA {env.get('cuda')}", f"commit {str(env.get('git_commit'))[:12]}"
-             + (" (dirty)" if env.get("git_dirty") else ""),
+             + (" (dirty)" if env.get("git_dirty") else "") + f" (sources {env.get('source_sha256_16')})",
              f"copy {common.fmt(ceil.get('copy_GBps'), '.0f')} GB/s",
              f"matmul {common.num(ceil.get('matmul_TFLOPs'))} TFLOP/s ({ceil.get('matmul_dtype')})"]
     if not payload.get("complete", True):

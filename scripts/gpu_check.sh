@@ -4,7 +4,7 @@
 #   bash scripts/gpu_check.sh                                  # everything, within ~570 s
 #   STAGES=build,bench_attention bash scripts/gpu_check.sh
 #   STAGES=build,test PYTEST_ARGS='-k "attention and not large"' bash scripts/gpu_check.sh
-#   ATTENTION_ARGS='--only D=128' FAE_GIT_COMMIT=$(git rev-parse HEAD) bash scripts/gpu_check.sh
+#   ATTENTION_ARGS="--only D=128" FAE_GIT_COMMIT=<hash> BUILD_MODE=inplace bash scripts/gpu_check.sh
 #
 # Files in $OUT (default ./out), at most 8 because the device returns no more: build.log, tests.log, junit.xml,
 # softmax_<device>.json, attention_<device>.json, softmax_<device>.png, attention_<device>.png, summary.txt
@@ -14,7 +14,9 @@
 # PYTEST_ARGS (extra pytest arguments, shell-quoted), SOFTMAX_ARGS / ATTENTION_ARGS (extra benchmark
 # arguments), GPU_CHECK_BUDGET_S (seconds for the whole script, default 570: stages get what is left and the
 # benchmarks stop early and keep what they measured), MAX_JOBS (16), TORCH_CUDA_ARCH_LIST (9.0),
-# FAE_GIT_COMMIT (recorded in the JSON where the tree has no .git).
+# BUILD_MODE (pip: pip install -e ., the default; inplace: setup.py build_ext --inplace, incremental on a warm
+# machine), FAE_GIT_COMMIT (recorded in the JSON: the copy of the tree on the GPU machine has no usable .git,
+# so pass the hash literally; the JSON also records a hash of the sources).
 # A stage that fails does not stop the next ones (a failed build does: nothing would import); the exit code is
 # non-zero when any stage failed.
 set -euo pipefail
@@ -97,12 +99,17 @@ EOF
 # --- build ------------------------------------------------------------------------------------------------
 BUILD_OK=1
 if want build; then
-  log "=== build: MAX_JOBS=${MAX_JOBS:-16} TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} pip install -e . (log: build.log)"
+  log "=== build (${BUILD_MODE:-pip}): MAX_JOBS=${MAX_JOBS:-16} TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} (log: build.log)"
   : >"$OUT/build.log"
   export MAX_JOBS=${MAX_JOBS:-16} TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
-  run_limited "$(left_at_least 60)" "$OUT/build.log" python3 -m pip install --no-build-isolation --no-deps --no-index -e . -v
+  if [[ "${BUILD_MODE:-pip}" == inplace ]]; then  # incremental (build/ is kept while the machine stays warm)
+    run_limited "$(left_at_least 60)" "$OUT/build.log" python3 setup.py build_ext --inplace
+  else  # pip builds in a fresh temp folder: every call compiles everything
+    run_limited "$(left_at_least 60)" "$OUT/build.log" python3 -m pip install --no-build-isolation --no-deps --no-index -e . -v
+  fi
   echo "build time: ${SECS}s, rc=$RC" >>"$OUT/build.log"
-  if ((RC != 0 && RC != 124 && RC != 137)) && ! grep -qE "FAILED: |Error compiling objects|error: command" "$OUT/build.log"; then
+  if [[ "${BUILD_MODE:-pip}" != inplace ]] && ((RC != 0 && RC != 124 && RC != 137)) &&
+    ! grep -qE "FAILED: |Error compiling objects|error: command" "$OUT/build.log"; then
     # pip itself failed, not the compiler: build in place instead, the other supported way
     log "--- pip failed before compiling anything; trying python3 setup.py build_ext --inplace"
     PIP_SECS=$SECS
@@ -134,7 +141,7 @@ reserve_after() {
   echo "$r"
 }
 
-skip_or_run() {  # stage name: prints the limit in seconds, or nothing when the stage must be skipped
+skip_or_run() {  # stage name, cap seconds: sets LIMIT, or records the stage as skipped and returns 1
   local name=$1 cap=$2 limit
   if ((!BUILD_OK)); then
     record "$name" 1 0

@@ -29,7 +29,8 @@ except ImportError:  # torch < 2.3
     SDPBackend = sdpa_kernel = None
 
 # (impl name, SDPBackend member); the first that accepts a point is the correctness reference
-PEERS = [("sdpa_flash", "FLASH_ATTENTION"), ("sdpa_cudnn", "CUDNN_ATTENTION"), ("sdpa_efficient", "EFFICIENT_ATTENTION")]
+PEERS = [("sdpa_flash", "FLASH_ATTENTION"), ("sdpa_cudnn", "CUDNN_ATTENTION"),
+         ("sdpa_efficient", "EFFICIENT_ATTENTION")]
 IMPLS = ["fae"] + [name for name, _ in PEERS]
 # rel error (||out - ref|| / ||ref||) vs the reference peer above which a point is flagged "!"
 REL_TOL = {"fp32": 1e-3, "fp16": 1e-2, "bf16": 2e-2}
@@ -238,7 +239,8 @@ def main(argv=None):
     torch.manual_seed(0)
     budget = common.Budget(args.max_seconds)
     timer = common.Timer(device, args.warmup, args.reps if args.reps is not None else (15 if cuda else 3),
-                         args.max_point_seconds if args.max_point_seconds is not None else (1.0 if cuda else 5.0))
+                         args.max_point_seconds if args.max_point_seconds is not None else (1.0 if cuda else 5.0),
+                         flush=args.flush)
     env = common.environment(device, fae)
     ceilings = common.measure_ceilings(timer)
     copy_gbps = ceilings.get("copy_GBps")
@@ -246,7 +248,8 @@ def main(argv=None):
     paths = common.result_paths("attention", env["device_slug"], args.results_dir, args.extra_dir)
     payload = {"benchmark": "attention", "env": env, "ceilings": ceilings,
                "config": {"points": len(points), "impls_timed": impls, "warmup": timer.warmup, "reps": timer.reps,
-                          "flush_bytes": timer.flush_bytes, "quick": args.quick, "sdpa_enable_gqa": gqa_kwarg,
+                          "flush": timer.flush_mode, "flush_bytes": timer.flush_bytes, "quick": args.quick,
+                          "sdpa_enable_gqa": gqa_kwarg,
                           "tokens": args.tokens, "model_dim": args.model_dim,
                           "flops": "4*B*Hq*Sq*Sk*D, halved for causal", "kv_GBps": "bytes of K and V / time"},
                "complete": False, "results": []}

@@ -72,14 +72,15 @@ def main(argv=None):
     torch.manual_seed(0)
     budget = common.Budget(args.max_seconds)
     timer = common.Timer(device, args.warmup, args.reps if args.reps is not None else (30 if cuda else 5),
-                         args.max_point_seconds)
+                         args.max_point_seconds, flush=args.flush)
     env = common.environment(device, fae)
     ceilings = common.measure_ceilings(timer)
     copy_gbps = ceilings.get("copy_GBps")
     paths = common.result_paths("softmax", env["device_slug"], args.results_dir, args.extra_dir)
     payload = {"benchmark": "softmax", "env": env, "ceilings": ceilings,
                "config": {"shapes": shapes, "dtypes": dtypes, "ops": ops, "warmup": timer.warmup,
-                          "reps": timer.reps, "flush_bytes": timer.flush_bytes, "quick": args.quick,
+                          "reps": timer.reps, "flush": timer.flush_mode, "flush_bytes": timer.flush_bytes,
+                          "quick": args.quick,
                           "bandwidth": "(numel(x) + numel(out)) * element size / median time"},
                "complete": False, "results": []}
     print(f"# softmax benchmark on {env['device_name']} (torch {env['torch']}, commit {env['git_commit'][:12]}); "

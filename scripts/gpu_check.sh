@@ -80,8 +80,9 @@ run_limited() {
 log "=== gpu_check: stages=$STAGES budget=${BUDGET}s commit=$FAE_GIT_COMMIT $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 if command -v nvidia-smi >/dev/null; then
   nvidia-smi >>"$SUMMARY" 2>&1 || true
-  nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total,temperature.gpu,clocks.sm,clocks.max.sm,power.draw \
-    --format=csv 2>&1 | tee -a "$SUMMARY" || true
+  nvidia-smi --format=csv \
+    --query-gpu=name,driver_version,memory.used,memory.total,temperature.gpu,clocks.sm,clocks.max.sm,power.draw \
+    2>&1 | tee -a "$SUMMARY" || true
 else
   log "nvidia-smi: not found"
 fi
@@ -99,13 +100,15 @@ EOF
 # --- build ------------------------------------------------------------------------------------------------
 BUILD_OK=1
 if want build; then
-  log "=== build (${BUILD_MODE:-pip}): MAX_JOBS=${MAX_JOBS:-16} TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} (log: build.log)"
+  log "=== build (${BUILD_MODE:-pip}): MAX_JOBS=${MAX_JOBS:-16}" \
+    "TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} (log: build.log)"
   : >"$OUT/build.log"
   export MAX_JOBS=${MAX_JOBS:-16} TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
   if [[ "${BUILD_MODE:-pip}" == inplace ]]; then  # incremental (build/ is kept while the machine stays warm)
     run_limited "$(left_at_least 60)" "$OUT/build.log" python3 setup.py build_ext --inplace
   else  # pip builds in a fresh temp folder: every call compiles everything
-    run_limited "$(left_at_least 60)" "$OUT/build.log" python3 -m pip install --no-build-isolation --no-deps --no-index -e . -v
+    run_limited "$(left_at_least 60)" "$OUT/build.log" \
+      python3 -m pip install --no-build-isolation --no-deps --no-index -e . -v
   fi
   echo "build time: ${SECS}s, rc=$RC" >>"$OUT/build.log"
   if [[ "${BUILD_MODE:-pip}" != inplace ]] && ((RC != 0 && RC != 124 && RC != 137)) &&
@@ -219,7 +222,8 @@ if ((${#JSONS[@]} > 0)); then
   python3 benchmarks/tables.py --text "${JSONS[@]}" 2>&1 | tee -a "$SUMMARY" || true
 fi
 if command -v nvidia-smi >/dev/null; then
-  nvidia-smi --query-gpu=temperature.gpu,clocks.sm,clocks.max.sm,power.draw --format=csv 2>&1 | tee -a "$SUMMARY" || true
+  nvidia-smi --query-gpu=temperature.gpu,clocks.sm,clocks.max.sm,power.draw --format=csv 2>&1 |
+    tee -a "$SUMMARY" || true
   nvidia-smi --query-gpu=clocks_event_reasons.active --format=csv 2>&1 | tee -a "$SUMMARY" || true
 fi
 log ""

@@ -137,9 +137,9 @@ fi
 reserve_after() {
   local r=0
   case $1 in
-    test) want bench_softmax && r=$((r + 90)); want bench_attention && r=$((r + 240)); want plot && r=$((r + 20)) ;;
-    bench_softmax) want bench_attention && r=$((r + 240)); want plot && r=$((r + 20)) ;;
-    bench_attention) want plot && r=$((r + 20)) ;;
+    test) want bench_softmax && r=$((r + 75)); want bench_attention && r=$((r + 180)); want plot && r=$((r + 15)) ;;
+    bench_softmax) want bench_attention && r=$((r + 180)); want plot && r=$((r + 15)) ;;
+    bench_attention) want plot && r=$((r + 15)) ;;
   esac
   echo "$r"
 }

@@ -142,6 +142,9 @@ def main(argv=None):
     print(tables.softmax_tables(payload))
     if broken:
         print("CUDA context broke during the run: results after that point are missing.")
+    skipped = sum(1 for r in payload["results"] if (r.get("error") or "").startswith("skipped"))
+    if skipped:
+        print(f"time budget (--max-seconds {args.max_seconds}) spent: {skipped} measurement(s) skipped.")
     if fae_errors:
         print(f"{fae_errors} flash_attn_ext point(s) raised an error (see 'error' in the JSON).")
     return 3 if broken else (2 if fae_errors else 0)

@@ -29,7 +29,8 @@ except ImportError:  # torch < 2.3
     SDPBackend = sdpa_kernel = None
 
 # (impl name, SDPBackend member); the first that accepts a point is the correctness reference
-PEERS = [("sdpa_flash", "FLASH_ATTENTION"), ("sdpa_cudnn", "CUDNN_ATTENTION"), ("sdpa_efficient", "EFFICIENT_ATTENTION")]
+PEERS = [("sdpa_flash", "FLASH_ATTENTION"), ("sdpa_cudnn", "CUDNN_ATTENTION"),
+         ("sdpa_efficient", "EFFICIENT_ATTENTION")]
 IMPLS = ["fae"] + [name for name, _ in PEERS]
 # rel error (||out - ref|| / ||ref||) vs the reference peer above which a point is flagged "!"
 REL_TOL = {"fp32": 1e-3, "fp16": 1e-2, "bf16": 2e-2}
@@ -61,7 +62,8 @@ def grids(args, cuda):
         for Sk in common.parse_ints(args.decode_seqlens):
             points.append(dict(grid="decode", dtype=dt, B=args.decode_batch, Hq=32, Hk=8, Sq=1, Sk=Sk, D=128,
                                causal=False))
-    return [p for p in points if _selected(p, args.only)]
+    only = ",".join(args.only)
+    return [p for p in points if _selected(p, only)]
 
 
 def _selected(point, only):
@@ -217,9 +219,9 @@ def main(argv=None):
     p.add_argument("--decode-seqlens", default=None, help="decode Sk values (default 4k,32k,128k)")
     p.add_argument("--decode-batch", type=int, default=None, help="decode B (default 8)")
     p.add_argument("--decode-dtypes", default=None, help="decode dtypes (default bf16)")
-    p.add_argument("--only", default=None,
-                   help="filters k=v,...: keys grid (prefill|decode), dtype, D, S, Sk, B, Hq, causal; "
-                        "a key given twice matches either value")
+    p.add_argument("--only", action="append", default=[],
+                   help="filters k=v,... (repeatable): keys grid (prefill|decode), dtype, D, S, Sk, B, Hq, causal; "
+                        "a key given twice matches either value, different keys must all match")
     p.add_argument("--impls", default=",".join(IMPLS), help=f"which to time, among {','.join(IMPLS)}")
     args = p.parse_args(argv)
 
@@ -237,7 +239,8 @@ def main(argv=None):
     torch.manual_seed(0)
     budget = common.Budget(args.max_seconds)
     timer = common.Timer(device, args.warmup, args.reps if args.reps is not None else (15 if cuda else 3),
-                         args.max_point_seconds if args.max_point_seconds is not None else (1.0 if cuda else 5.0))
+                         args.max_point_seconds if args.max_point_seconds is not None else (1.0 if cuda else 5.0),
+                         flush=args.flush)
     env = common.environment(device, fae)
     ceilings = common.measure_ceilings(timer)
     copy_gbps = ceilings.get("copy_GBps")
@@ -245,7 +248,8 @@ def main(argv=None):
     paths = common.result_paths("attention", env["device_slug"], args.results_dir, args.extra_dir)
     payload = {"benchmark": "attention", "env": env, "ceilings": ceilings,
                "config": {"points": len(points), "impls_timed": impls, "warmup": timer.warmup, "reps": timer.reps,
-                          "flush_bytes": timer.flush_bytes, "quick": args.quick, "sdpa_enable_gqa": gqa_kwarg,
+                          "flush": timer.flush_mode, "flush_bytes": timer.flush_bytes, "quick": args.quick,
+                          "sdpa_enable_gqa": gqa_kwarg,
                           "tokens": args.tokens, "model_dim": args.model_dim,
                           "flops": "4*B*Hq*Sq*Sk*D, halved for causal", "kv_GBps": "bytes of K and V / time"},
                "complete": False, "results": []}
@@ -287,6 +291,9 @@ def main(argv=None):
     print(tables.attention_tables(payload))
     if broken:
         print("CUDA context broke during the run: results after that point are missing.")
+    skipped = sum(1 for r in payload["results"] if (r.get("error") or "").startswith("skipped"))
+    if skipped:
+        print(f"time budget (--max-seconds {args.max_seconds}) spent: {skipped} measurement(s) skipped.")
     if fae_errors:
         print(f"{fae_errors} flash_attn_ext point(s) raised an error (see 'error' in the JSON).")
     return 3 if broken else (2 if fae_errors else 0)

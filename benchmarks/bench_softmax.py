@@ -72,14 +72,15 @@ def main(argv=None):
     torch.manual_seed(0)
     budget = common.Budget(args.max_seconds)
     timer = common.Timer(device, args.warmup, args.reps if args.reps is not None else (30 if cuda else 5),
-                         args.max_point_seconds)
+                         args.max_point_seconds, flush=args.flush)
     env = common.environment(device, fae)
     ceilings = common.measure_ceilings(timer)
     copy_gbps = ceilings.get("copy_GBps")
     paths = common.result_paths("softmax", env["device_slug"], args.results_dir, args.extra_dir)
     payload = {"benchmark": "softmax", "env": env, "ceilings": ceilings,
                "config": {"shapes": shapes, "dtypes": dtypes, "ops": ops, "warmup": timer.warmup,
-                          "reps": timer.reps, "flush_bytes": timer.flush_bytes, "quick": args.quick,
+                          "reps": timer.reps, "flush": timer.flush_mode, "flush_bytes": timer.flush_bytes,
+                          "quick": args.quick,
                           "bandwidth": "(numel(x) + numel(out)) * element size / median time"},
                "complete": False, "results": []}
     print(f"# softmax benchmark on {env['device_name']} (torch {env['torch']}, commit {env['git_commit'][:12]}); "
@@ -141,6 +142,9 @@ def main(argv=None):
     print(tables.softmax_tables(payload))
     if broken:
         print("CUDA context broke during the run: results after that point are missing.")
+    skipped = sum(1 for r in payload["results"] if (r.get("error") or "").startswith("skipped"))
+    if skipped:
+        print(f"time budget (--max-seconds {args.max_seconds}) spent: {skipped} measurement(s) skipped.")
     if fae_errors:
         print(f"{fae_errors} flash_attn_ext point(s) raised an error (see 'error' in the JSON).")
     return 3 if broken else (2 if fae_errors else 0)

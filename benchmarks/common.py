@@ -1,9 +1,11 @@
 """Shared benchmark machinery: timing, ceilings, environment record, JSON results and text tables.
 
-Timing on CUDA: every timed call is preceded by a write of a buffer of at least 256 MiB (and at least 4x the L2
-cache), so no call finds its inputs in L2; each call is timed on its own with a pair of CUDA events; the
-median over the reps is reported. On the CPU: time.perf_counter around each call after a smaller flush; CPU
-numbers are only indicative.
+Timing on CUDA: before every timed call a buffer of at least 256 MiB (and at least 4x the L2 cache) is read
+(``--flush read``, the default) or written (``--flush write``), so no call finds its inputs in L2; each call
+is timed alone with a pair of CUDA events; the median over the reps is reported. Reading is the default
+because a written buffer leaves L2 full of dirty lines, whose write-back then lands inside the next timed
+call (up to 50 MB of extra DRAM writes on an H100, as much as a small softmax moves itself). On the CPU:
+time.perf_counter around each call after a smaller flush; CPU numbers are only indicative.
 """
 import argparse
 import datetime
@@ -56,6 +58,8 @@ def add_common_args(parser: argparse.ArgumentParser):
                         help="fewer reps (at least 3) for a point whose reps would take longer than this")
     parser.add_argument("--max-seconds", type=float, default=None,
                         help="time budget of the whole run; points left when it runs out are recorded as skipped")
+    parser.add_argument("--flush", choices=("read", "write", "none"), default="read",
+                        help="how L2 is emptied before each timed call (see common.py)")
     parser.add_argument("--results-dir", default=RESULTS_DIR, help="where <name>_<device>.json is written")
     parser.add_argument("--extra-dir", action="append", default=[],
                         help="also write the JSON here (repeatable), e.g. $OUT")
@@ -112,7 +116,7 @@ def summarize_ms(times_ms):
 class Timer:
     """Times callables on one device with the cache flushed before each call."""
 
-    def __init__(self, device, warmup=None, reps=None, max_point_seconds=None, flush_bytes=None):
+    def __init__(self, device, warmup=None, reps=None, max_point_seconds=None, flush_bytes=None, flush="read"):
         self.device = torch.device(device)
         self.cuda = self.device.type == "cuda"
         self.warmup = warmup if warmup is not None else (3 if self.cuda else 1)
@@ -124,11 +128,17 @@ class Timer:
                 flush_bytes = max(256 * MiB, 4 * l2)
             else:
                 flush_bytes = 64 * MiB
-        self.flush_bytes = flush_bytes
-        self._flush_buf = torch.empty(flush_bytes // 4, dtype=torch.int32, device=self.device)
+        if flush not in ("read", "write", "none"):
+            raise ValueError(f"flush must be read, write or none, got {flush!r}")
+        self.flush_mode = flush
+        self.flush_bytes = flush_bytes if flush != "none" else 0
+        self._flush_buf = torch.ones(max(1, self.flush_bytes // 4), dtype=torch.int32, device=self.device)
 
     def flush(self):
-        self._flush_buf.zero_()
+        if self.flush_mode == "read":
+            self._flush_buf.sum()  # one streaming read: L2 ends up full of clean lines
+        elif self.flush_mode == "write":
+            self._flush_buf.zero_()
 
     def sync(self):
         if self.cuda:

@@ -17,7 +17,7 @@ def _header(payload):
     env, ceil = payload.get("env", {}), payload.get("ceilings", {})
     parts = [f"{payload.get('benchmark')} on {env.get('device_name')}", f"torch {env.get('torch')}",
              f"CUDA {env.get('cuda')}", f"commit {str(env.get('git_commit'))[:12]}"
-             + (" (dirty)" if env.get("git_dirty") else ""),
+             + (" (dirty)" if env.get("git_dirty") else "") + f" (sources {env.get('source_sha256_16')})",
              f"copy {common.fmt(ceil.get('copy_GBps'), '.0f')} GB/s",
              f"matmul {common.num(ceil.get('matmul_TFLOPs'))} TFLOP/s ({ceil.get('matmul_dtype')})"]
     if not payload.get("complete", True):
@@ -84,8 +84,7 @@ def softmax_tables(payload, markdown=False):
                          pct("softmax", "fae:online", k), pct("softmax", "fae:safe", k), us("softmax", "torch", k),
                          pct("softmax", "torch", k), speedup("softmax", "fae:auto", k),
                          _diff(*(by.get(("softmax", a) + k) for a in ("fae:auto", "fae:online", "fae:safe")))])
-        out.append("softmax: time (us) and effective bandwidth as % of copy bandwidth; x = torch time / ours (auto); "
-                   "maxdiff: worst of the three algorithms vs torch on float32, ! = rel error over tolerance")
+        out.append("softmax: us, % of copy bandwidth; x = torch time / ours (auto); maxdiff: worst algorithm vs fp32")
         out.append(common.format_table(
             ["dtype", "shape", "auto us", "auto %", "online %", "safe %", "torch us", "torch %", "x torch",
              "maxdiff"], rows, markdown, align=(0, 1)))
@@ -97,7 +96,7 @@ def softmax_tables(payload, markdown=False):
                          speedup("log_softmax", "fae:auto", k), _diff(by.get(("log_softmax", "fae:auto") + k)),
                          pct("logsumexp", "fae", k), pct("logsumexp", "torch", k), speedup("logsumexp", "fae", k),
                          _diff(by.get(("logsumexp", "fae") + k))])
-        out += ["", "log_softmax (auto) and logsumexp: % of copy bandwidth; x = torch time / ours"]
+        out += ["", "log_softmax (auto), logsumexp: % of copy bandwidth; x = torch time / ours"]
         out.append(common.format_table(
             ["dtype", "shape", "lsm %", "torch %", "x torch", "maxdiff", "lse %", "torch %", "x torch",
              "maxdiff"], rows, markdown, align=(0, 1)))
@@ -136,8 +135,7 @@ def attention_tables(payload, markdown=False):
                     for p in peers]
             row.append(_diff(ours))
             rows.append(row)
-        out += ["", "prefill: TFLOP/s (4*B*Hq*S*S*D, halved for causal), B*S and Hq*D fixed; x = ours / peer; "
-                "maxdiff = max |ours - SDPA flash|"]
+        out += ["", "prefill TFLOP/s (B*S = tokens, Hq*D fixed); x = ours / peer; maxdiff = max|ours - SDPA flash|"]
         out.append(common.format_table(
             ["dtype", "D", "S", "causal", "ours", "flash", "cudnn", "eff", "x flash", "x cudnn", "x eff", "maxdiff"],
             rows, markdown, align=(0, 3)))
@@ -163,8 +161,7 @@ def attention_tables(payload, markdown=False):
             row.append(common.fmt(_ratio(best, ours["median_ms"]), ".2f") if _ok(ours) and best else "n/a")
             row.append(_diff(ours))
             rows.append(row)
-        out += ["", "decode (Sq = 1): time (us); K/V GB/s and % of copy bandwidth; x = best peer time / ours; "
-                "* = peer ran on K/V expanded to Hq heads"]
+        out += ["", "decode (Sq=1): us, K/V GB/s, % of copy; x = best peer time / ours; * = peer on expanded K/V"]
         out.append(common.format_table(
             ["dtype", "B", "Hq:Hk", "Sk", "ours us", "GB/s", "% copy", "flash us", "cudnn us", "eff us",
              "x best", "maxdiff"], rows, markdown, align=(0, 2)))

@@ -4,7 +4,7 @@
 #   bash scripts/gpu_check.sh                                  # everything, within ~570 s
 #   STAGES=build,bench_attention bash scripts/gpu_check.sh
 #   STAGES=build,test PYTEST_ARGS='-k "attention and not large"' bash scripts/gpu_check.sh
-#   ATTENTION_ARGS='--only D=128' FAE_GIT_COMMIT=$(git rev-parse HEAD) bash scripts/gpu_check.sh
+#   ATTENTION_ARGS="--only D=128" FAE_GIT_COMMIT=<hash> BUILD_MODE=inplace bash scripts/gpu_check.sh
 #
 # Files in $OUT (default ./out), at most 8 because the device returns no more: build.log, tests.log, junit.xml,
 # softmax_<device>.json, attention_<device>.json, softmax_<device>.png, attention_<device>.png, summary.txt
@@ -14,7 +14,9 @@
 # PYTEST_ARGS (extra pytest arguments, shell-quoted), SOFTMAX_ARGS / ATTENTION_ARGS (extra benchmark
 # arguments), GPU_CHECK_BUDGET_S (seconds for the whole script, default 570: stages get what is left and the
 # benchmarks stop early and keep what they measured), MAX_JOBS (16), TORCH_CUDA_ARCH_LIST (9.0),
-# FAE_GIT_COMMIT (recorded in the JSON where the tree has no .git).
+# BUILD_MODE (pip: pip install -e ., the default; inplace: setup.py build_ext --inplace, incremental on a warm
+# machine), FAE_GIT_COMMIT (recorded in the JSON: the copy of the tree on the GPU machine has no usable .git,
+# so pass the hash literally; the JSON also records a hash of the sources).
 # A stage that fails does not stop the next ones (a failed build does: nothing would import); the exit code is
 # non-zero when any stage failed.
 set -euo pipefail
@@ -42,6 +44,7 @@ extra=()
 log() { echo "$*" | tee -a "$SUMMARY"; }
 elapsed() { echo $(($(date +%s) - START)); }
 remaining() { echo $((BUDGET - $(elapsed))); }
+left_at_least() { local r; r=$(remaining); echo $((r < $1 ? $1 : r)); }  # never 0: timeout 0 means no limit
 want() { [[ ",$STAGES," == *",$1,"* ]]; }
 record() { STAGE_NAMES+=("$1"); STAGE_RCS+=("$2"); STAGE_SECS+=("$3"); log "=== $1: rc=$2 in ${3}s (t=$(elapsed)s)"; }
 min() { if (($1 < $2)); then echo "$1"; else echo "$2"; fi; }
@@ -77,8 +80,9 @@ run_limited() {
 log "=== gpu_check: stages=$STAGES budget=${BUDGET}s commit=$FAE_GIT_COMMIT $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 if command -v nvidia-smi >/dev/null; then
   nvidia-smi >>"$SUMMARY" 2>&1 || true
-  nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total,temperature.gpu,clocks.sm,clocks.max.sm,power.draw \
-    --format=csv 2>&1 | tee -a "$SUMMARY" || true
+  nvidia-smi --format=csv \
+    --query-gpu=name,driver_version,memory.used,memory.total,temperature.gpu,clocks.sm,clocks.max.sm,power.draw \
+    2>&1 | tee -a "$SUMMARY" || true
 else
   log "nvidia-smi: not found"
 fi
@@ -96,12 +100,26 @@ EOF
 # --- build ------------------------------------------------------------------------------------------------
 BUILD_OK=1
 if want build; then
-  log "=== build: MAX_JOBS=${MAX_JOBS:-16} TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} (log: build.log)"
+  log "=== build (${BUILD_MODE:-pip}): MAX_JOBS=${MAX_JOBS:-16}" \
+    "TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} (log: build.log)"
   : >"$OUT/build.log"
-  run_limited "$(remaining)" "$OUT/build.log" env MAX_JOBS="${MAX_JOBS:-16}" \
-    TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}" \
-    python3 -m pip install --no-build-isolation --no-deps --no-index -e . -v
+  export MAX_JOBS=${MAX_JOBS:-16} TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
+  if [[ "${BUILD_MODE:-pip}" == inplace ]]; then  # incremental (build/ is kept while the machine stays warm)
+    run_limited "$(left_at_least 60)" "$OUT/build.log" python3 setup.py build_ext --inplace
+  else  # pip builds in a fresh temp folder: every call compiles everything
+    run_limited "$(left_at_least 60)" "$OUT/build.log" \
+      python3 -m pip install --no-build-isolation --no-deps --no-index -e . -v
+  fi
   echo "build time: ${SECS}s, rc=$RC" >>"$OUT/build.log"
+  if [[ "${BUILD_MODE:-pip}" != inplace ]] && ((RC != 0 && RC != 124 && RC != 137)) &&
+    ! grep -qE "FAILED: |Error compiling objects|error: command" "$OUT/build.log"; then
+    # pip itself failed, not the compiler: build in place instead, the other supported way
+    log "--- pip failed before compiling anything; trying python3 setup.py build_ext --inplace"
+    PIP_SECS=$SECS
+    run_limited "$(left_at_least 60)" "$OUT/build.log" python3 setup.py build_ext --inplace
+    SECS=$((SECS + PIP_SECS))
+    echo "build time (in place): ${SECS}s, rc=$RC" >>"$OUT/build.log"
+  fi
   if ((RC != 0)); then
     BUILD_OK=0
     log "--- build failed; last lines of build.log:"
@@ -119,14 +137,14 @@ fi
 reserve_after() {
   local r=0
   case $1 in
-    test) want bench_softmax && r=$((r + 90)); want bench_attention && r=$((r + 240)); want plot && r=$((r + 20)) ;;
-    bench_softmax) want bench_attention && r=$((r + 240)); want plot && r=$((r + 20)) ;;
-    bench_attention) want plot && r=$((r + 20)) ;;
+    test) want bench_softmax && r=$((r + 75)); want bench_attention && r=$((r + 180)); want plot && r=$((r + 15)) ;;
+    bench_softmax) want bench_attention && r=$((r + 180)); want plot && r=$((r + 15)) ;;
+    bench_attention) want plot && r=$((r + 15)) ;;
   esac
   echo "$r"
 }
 
-skip_or_run() {  # stage name: prints the limit in seconds, or nothing when the stage must be skipped
+skip_or_run() {  # stage name, cap seconds: sets LIMIT, or records the stage as skipped and returns 1
   local name=$1 cap=$2 limit
   if ((!BUILD_OK)); then
     record "$name" 1 0
@@ -163,7 +181,12 @@ bench() {  # stage name, script, cap seconds, extra args (a string)
     local soft=$((LIMIT > 60 ? LIMIT - 25 : LIMIT * 2 / 3))
     eval "extra=($args)"
     log "=== $name: python3 $script --max-seconds $soft $args (hard limit ${LIMIT}s; output in summary.txt)"
+    local offset
+    offset=$(stat -c %s "$SUMMARY")
     run_limited "$LIMIT" "$SUMMARY" python3 "$script" --max-seconds "$soft" --extra-dir "$OUT" "${extra[@]}"
+    if ((RC != 0)); then  # the tables come at the end anyway; on a failure show why here
+      tail -c +$((offset + 1)) "$SUMMARY" | tail -n 12
+    fi
     record "$name" "$RC" "$SECS"
   fi
 }
@@ -179,12 +202,6 @@ if want plot; then
     log "=== plot: no benchmark JSON in \$OUT"
     record plot 1 0
   else
-    if ! python3 -c "import matplotlib" 2>/dev/null && compgen -G ".whl/matplotlib-*.whl" >/dev/null; then
-      # wheels carried with the tree (scripts/fetch_wheels.sh); --no-deps keeps the machine's numpy
-      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/fae_mpl \
-        .whl/*.whl >>"$SUMMARY" 2>&1 || true
-      export PYTHONPATH=/tmp/fae_mpl${PYTHONPATH:+:$PYTHONPATH}
-    fi
     if python3 -c "import matplotlib" 2>/dev/null; then
       set +e
       python3 benchmarks/plot.py "${JSONS[@]}" --out-dir "$OUT" 2>&1 | tee -a "$SUMMARY"
@@ -192,8 +209,8 @@ if want plot; then
       set -e
       record plot "$RC" $(($(date +%s) - t0))
     else
-      log "=== plot: matplotlib is not installed here (carry .whl/ from scripts/fetch_wheels.sh, or run"
-      log "    python3 benchmarks/plot.py FILES on the fetched JSON); no PNG made, not counted as a failure"
+      log "=== plot: matplotlib is not installed here: no PNG made, not counted as a failure (run"
+      log "    python3 benchmarks/plot.py FILES on the fetched JSON elsewhere)"
       record plot 0 0
     fi
   fi
@@ -205,7 +222,8 @@ if ((${#JSONS[@]} > 0)); then
   python3 benchmarks/tables.py --text "${JSONS[@]}" 2>&1 | tee -a "$SUMMARY" || true
 fi
 if command -v nvidia-smi >/dev/null; then
-  nvidia-smi --query-gpu=temperature.gpu,clocks.sm,clocks.max.sm,power.draw --format=csv 2>&1 | tee -a "$SUMMARY" || true
+  nvidia-smi --query-gpu=temperature.gpu,clocks.sm,clocks.max.sm,power.draw --format=csv 2>&1 |
+    tee -a "$SUMMARY" || true
   nvidia-smi --query-gpu=clocks_event_reasons.active --format=csv 2>&1 | tee -a "$SUMMARY" || true
 fi
 log ""

@@ -68,22 +68,34 @@ AttentionParams make_params(const AttentionProblem& pr, const at::Tensor& q, con
   return p;
 }
 
-// Split the keys across blocks only when the (m block, batch, kv head) grid leaves most SMs idle
-// (decoding, short prompts against long caches); each split keeps at least 4 key tiles of work.
-int choose_num_splits(int64_t blocks, int key_tiles, int num_sms) {
-  if (blocks >= num_sms || key_tiles < 8) return 1;
-  const int64_t want = (2 * num_sms + blocks - 1) / blocks;
-  return static_cast<int>(std::min<int64_t>({want, key_tiles / 4, 128}));
+// Split the keys across blocks only when the (m block, batch, kv head) grid fills the resident block slots
+// poorly (decoding, short prompts against long caches). Among split counts that keep >= 4 key tiles per
+// split, take the smallest whose wave efficiency (blocks / (waves * slots)) is within 85% of the best, so
+// the last wave is not a near-empty tail.
+int choose_num_splits(int64_t blocks, int key_tiles, int slots) {
+  if (blocks >= slots || key_tiles < 8) return 1;
+  const int max_splits = std::min(128, key_tiles / 4);
+  auto efficiency = [&](int s) {
+    const int64_t total = blocks * s;
+    const int64_t waves = (total + slots - 1) / slots;
+    return static_cast<double>(total) / static_cast<double>(waves * slots);
+  };
+  double best = 0.0;
+  for (int s = 1; s <= max_splits; ++s) best = std::max(best, efficiency(s));
+  for (int s = 1; s <= max_splits; ++s) {
+    if (efficiency(s) >= 0.85 * best) return s;
+  }
+  return 1;
 }
 
 template <typename T, int kHeadDim>
 void run_tensor_core(AttentionParams& p, at::ScalarType dtype, cudaStream_t stream) {
-  constexpr int kBlockN = 64;  // keys per tile in every configuration (attention_traits.cuh)
-  const int64_t m_blocks = (p.packed_rows + attention_fwd_block_m<T, kHeadDim>() - 1) /
-                           attention_fwd_block_m<T, kHeadDim>();
-  const int key_tiles = (p.seqlen_k + kBlockN - 1) / kBlockN;
+  const AttentionFwdLaunchInfo info = attention_fwd_launch_info<T, kHeadDim>();
+  const int64_t m_blocks = (p.packed_rows + info.block_m - 1) / info.block_m;
+  const int key_tiles = (p.seqlen_k + info.block_n - 1) / info.block_n;
   const int num_sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
-  const int splits = choose_num_splits(m_blocks * p.batch * p.heads_kv, key_tiles, num_sms);
+  const int splits = choose_num_splits(m_blocks * p.batch * p.heads_kv, key_tiles,
+                                       num_sms * std::max(info.blocks_per_sm, 1));
   if (splits == 1) {
     run_attention_fwd<T, kHeadDim>(p, stream);
     return;

@@ -10,9 +10,15 @@ namespace flash_attn_ext {
 template <typename T, int kHeadDim>
 void run_attention_fwd(const AttentionParams& p, cudaStream_t stream);
 
-// Packed query rows per block of that instantiation (the split-KV heuristic needs the block count).
+// What the host heuristics need to know of an instantiation's launch shape.
+struct AttentionFwdLaunchInfo {
+  int block_m;        // packed query rows per block
+  int block_n;        // keys per K/V tile
+  int blocks_per_sm;  // resident blocks per SM on the current device (occupancy API)
+};
+
 template <typename T, int kHeadDim>
-int attention_fwd_block_m();
+AttentionFwdLaunchInfo attention_fwd_launch_info();
 
 // SIMT forward for fp32 inputs, fp32 math throughout (no tf32), for accuracy rather than speed.
 void run_attention_fwd_fp32(const AttentionParams& p, cudaStream_t stream);

@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "softmax/softmax_launch.h"
+#include "softmax/softmax_plan.h"
 #include "softmax/softmax_problem.h"
 
 namespace flash_attn_ext {
@@ -34,134 +35,258 @@ template <typename T> at::Tensor partials_workspace(const at::Tensor& x, int64_t
   return at::empty({2 * items}, x.options().dtype(std::is_same_v<T, double> ? at::kDouble : at::kFloat));
 }
 
+// Shape facts the plan depends on.
+struct RowsShape {
+  int64_t rows;
+  int64_t len;
+  int64_t nv;     // 16-byte vectors per row, ceil(len / kVec)
+  bool aligned;   // 16-byte vector access: x, y and the row length in bytes multiples of 16
+  int sms;
+  size_t smem_optin;
+};
+
+// Streaming chunks: 4 block-steps (64 KiB of fp32), more for rows so long that a row would have over 1024
+// chunks (keeps the partial merges short).
+template <typename T> int stream_steps_per_chunk(int64_t len) {
+  const int64_t steps = ceil_div(len, int64_t(kStreamThreads) * kStreamUnroll * RowsTraits<T>::kVec);
+  return static_cast<int>(std::max<int64_t>(4, ceil_div(steps, 1024)));
+}
+
 // The whole kernel choice. Rows (inner == 1), with nv = len / kVec 16-byte vectors per row:
 //  1. warp-per-row       nv <= 32 * kMaxVpt (1024 fp32 / fp16 / bf16 elements, 512 doubles), any algorithm;
-//  2. block-per-row      row in registers of one block of <= 1024 threads (32K fp32 / 16-bit, 16K doubles);
+//                        aligned rows get >= 4 vectors per lane where the row has them (teams of < 32 lanes
+//                        for short rows), so a 256-thread block keeps >= 16 KB of loads in flight;
+//  2. block-per-row      row in registers of one block of <= 1024 threads (32K fp32 / 16-bit, 16K doubles),
+//                        the large vectors-per-thread size (fewest threads, most bytes in flight per thread);
 //                        "auto" softmax/log_softmax uses it only up to 512 threads and when rows fill the GPU;
+//  2b. block-per-row with shared memory: "auto", aligned, rows beyond 512 threads, >= 2 rows per SM: a 256-
+//                        or 512-thread block keeps the rest of its row in shared memory (cp.async), >= 2
+//                        blocks per SM overlap one row's reduction and store with the next one's loads, and
+//                        no block waits on another (the split's exchange);
 //  3. split-row          "auto" softmax/log_softmax beyond that: 512-thread blocks, chunks of a row on several
 //                        blocks (registers + shared memory), one read of DRAM, cooperative persistent grid;
 //  4. streaming          everything left: "safe" 3 passes, "online" 2 passes, logsumexp 1 pass + finalize.
-// dim not last (inner > 1): the column kernel. Accesses are 16-byte vectors when the row is "aligned".
-template <typename T> void softmax_cuda_typed(const SoftmaxProblem& p, cudaStream_t stream) {
+// FAE_SOFTMAX_CONFIG (softmax_plan.h) replaces this choice for benchmarks.
+template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const RowsShape& s) {
   using Traits = RowsTraits<T>;
-  constexpr int kVec = Traits::kVec;
-  const T* x = static_cast<const T*>(p.x.const_data_ptr());
-  T* y = static_cast<T*>(p.out.mutable_data_ptr());
-  const bool online = p.algorithm != SoftmaxAlgorithm::Safe;  // "auto" is online
-  const cudaDeviceProp* prop = at::cuda::getCurrentDeviceProperties();
-  const int sms = prop->multiProcessorCount;
+  RowsPlan plan;
+  plan.smem = 0;
+  const int64_t nv = s.nv;
 
-  if (p.inner > 1) {
-    launch_columns<T>(ColumnsParams<T>{x, y, p.outer, p.len, p.inner, online, p.output}, stream);
-    return;
-  }
-
-  const int64_t rows = p.outer;
-  const int64_t len = p.len;
-  const bool aligned = aligned16(x) && aligned16(y) && (len * static_cast<int64_t>(sizeof(T))) % 16 == 0;
-  const int64_t nv = ceil_div(len, kVec);
-  RowsParams<T> rp{x, y, rows, len, online, p.output, 0, 1, 0, nullptr, nullptr, nullptr};
-
-  // 1. Warp-per-row: next_pow2(nv) lanes with one vector each for short rows (several rows per warp), else
-  //    32 lanes with next_pow2(nv / 32) vectors each.
+  // 1. Warp-per-row. Aligned: the fewest lanes (>= 1) that leave each lane >= 4 vectors; scalar rows keep
+  //    whole warps once a lane holds more than one vector (the scalar kernel needs compile-time offsets).
   if (nv <= 32 * Traits::kMaxVpt) {
-    while ((int64_t(1) << rp.lanes_log2) < std::min<int64_t>(nv, 32)) ++rp.lanes_log2;
-    const int vpl = nv <= 32 ? 1 : static_cast<int>(next_pow2(ceil_div(nv, 32)));
-    launch_warp_rows<T>(rp, vpl, aligned, grid_for(ceil_div(rows, kWarpRowsThreads >> rp.lanes_log2)), stream);
-    return;
+    plan.kind = RowsKind::Warp;
+    plan.lanes = static_cast<int>(s.aligned ? std::clamp<int64_t>(next_pow2(ceil_div(nv, 4)), 1, 32)
+                                            : next_pow2(std::min<int64_t>(nv, 32)));
+    plan.vpt = static_cast<int>(next_pow2(ceil_div(nv, plan.lanes)));
+    return plan;
   }
 
-  // 2. Block-per-row sizes: the small vectors-per-thread while 256 threads cover the row, else the large one
-  //    (more 16-byte loads in flight per thread, fewer threads in the block reduction).
-  int vpt = Traits::kSmallVpt;
-  int64_t threads = round_up(ceil_div(nv, vpt), 32);
-  if (threads > 256) {
-    vpt = Traits::kMaxVpt;
-    threads = round_up(ceil_div(nv, vpt), 32);
+  const int vpt = Traits::kMaxVpt;
+  const int64_t threads = round_up(ceil_div(nv, vpt), 32);
+  const bool auto_alg = p.algorithm == SoftmaxAlgorithm::Auto;
+  const bool auto_rows = auto_alg && p.output != SoftmaxOutput::LogSumExp;
+
+  // 2b. Block-per-row with shared memory: the block size with the most resident threads among those with
+  //     >= 2 resident blocks per SM (256 on a tie: finer interleaving of the blocks' phases).
+  if (auto_alg && s.aligned && threads > kSplitThreads && s.rows >= 2 * int64_t(s.sms)) {
+    int64_t best_resident = 0;
+    for (int t : {256, 512}) {
+      const int64_t smem_vecs = ceil_div(nv, t) - vpt;
+      const size_t bytes = size_t(t) * smem_vecs * 16;
+      if (bytes + 1024 > s.smem_optin) continue;
+      const int per_sm = block_rows_blocks_per_sm<T>(vpt, true, t, bytes);
+      if (per_sm >= 2 && int64_t(per_sm) * t > best_resident) {
+        best_resident = int64_t(per_sm) * t;
+        plan.kind = RowsKind::Block;
+        plan.vpt = vpt;
+        plan.threads = t;
+        plan.smem = static_cast<int>(smem_vecs);
+      }
+    }
+    if (best_resident > 0) return plan;
   }
-  const bool auto_rows = p.algorithm == SoftmaxAlgorithm::Auto && p.output != SoftmaxOutput::LogSumExp;
-  // Split beyond 512 threads (two 512-thread blocks per SM overlap one row's store with the next one's load,
-  // a 1024-thread block leaves its SM's memory pipe idle during its reductions) and when the rows alone
-  // cannot fill the GPU.
+
+  // 3. Split beyond 512 threads (two 512-thread blocks per SM overlap one row's store with the next one's
+  //    load, a 1024-thread block leaves its SM's memory pipe idle during its reductions) and when the rows
+  //    alone cannot fill the GPU. Choose (vectors per thread in registers, vectors per thread in shared
+  //    memory) so that all chunks of a row are co-resident (chunks <= resident blocks: required for deadlock
+  //    freedom), preferring room for two rows at once (the next row loads while one row waits), the fewest
+  //    shared-memory vectors, and the small register size when the large one leaves SMs idle. Otherwise
+  //    fall through.
   const bool prefer_split =
-      auto_rows && (threads > kSplitThreads || (rows < sms && nv > int64_t(kSplitThreads) * Traits::kSmallVpt));
-
-  // 3. Split-row. Choose (vectors per thread in registers, vectors per thread in shared memory) so that all
-  //    chunks of a row are co-resident (chunks <= resident blocks: required for deadlock freedom), preferring
-  //    room for two rows at once (the next row loads while one row waits), the fewest shared-memory vectors,
-  //    and the small register size when the large one leaves SMs idle. Otherwise fall through.
+      auto_rows && (threads > kSplitThreads || (s.rows < s.sms && nv > int64_t(kSplitThreads) * Traits::kSmallVpt));
   if (prefer_split) {
     const int64_t large_chunks = ceil_div(nv, int64_t(kSplitThreads) * Traits::kMaxVpt);
-    const int vpt_order[2] = {rows * large_chunks < sms ? Traits::kSmallVpt : Traits::kMaxVpt, Traits::kMaxVpt};
+    const int vpt_order[2] = {s.rows * large_chunks < s.sms ? Traits::kSmallVpt : Traits::kMaxVpt, Traits::kMaxVpt};
     constexpr int kSmemVecs[] = {0, 2, 4, 8, 12, 16, 24};
-    int split_vpt = 0, split_smem = 0;
-    int64_t split_chunks = 0, capacity = 0;
-    for (int rows_at_once = 2; rows_at_once >= 1 && split_chunks == 0; --rows_at_once) {
-      for (int vi = 0; vi < 2 && split_chunks == 0; ++vi) {
-        for (int s : kSmemVecs) {
-          const size_t smem = size_t(kSplitThreads) * s * 16;
-          if ((s > 0 && !aligned) || smem + 1024 > prop->sharedMemPerBlockOptin) break;
-          const int per_sm = block_rows_blocks_per_sm<T>(vpt_order[vi], aligned, kSplitThreads, smem);
-          const int64_t chunks = ceil_div(nv, int64_t(kSplitThreads) * (vpt_order[vi] + s));
-          if (chunks * rows_at_once <= int64_t(per_sm) * sms) {
-            split_vpt = vpt_order[vi];
-            split_smem = s;
-            split_chunks = chunks;
-            capacity = int64_t(per_sm) * sms;
-            break;
+    for (int rows_at_once = 2; rows_at_once >= 1; --rows_at_once) {
+      for (int vi = 0; vi < 2; ++vi) {
+        for (int sv : kSmemVecs) {
+          const size_t smem = size_t(kSplitThreads) * sv * 16;
+          if ((sv > 0 && !s.aligned) || smem + 1024 > s.smem_optin) break;
+          const int per_sm = block_rows_blocks_per_sm<T>(vpt_order[vi], s.aligned, kSplitThreads, smem);
+          const int64_t chunks = ceil_div(nv, int64_t(kSplitThreads) * (vpt_order[vi] + sv));
+          if (chunks * rows_at_once <= int64_t(per_sm) * s.sms) {
+            plan.kind = RowsKind::Split;
+            plan.vpt = vpt_order[vi];
+            plan.threads = kSplitThreads;
+            plan.smem = sv;
+            plan.chunks = static_cast<int>(chunks);
+            return plan;
           }
         }
       }
-    }
-    if (split_chunks > 0) {
-      rp.chunks = static_cast<int>(split_chunks);
-      rp.smem_vecs = split_smem;
-      const int64_t items = rows * split_chunks;
-      at::Tensor part, counters;
-      if (split_chunks > 1) {
-        part = partials_workspace<T>(p.x, items);
-        counters = at::zeros({rows}, p.x.options().dtype(at::kInt));
-        rp.part_m = static_cast<acc_t<T>*>(part.data_ptr());
-        rp.part_d = rp.part_m + items;
-        rp.counters = counters.data_ptr<int>();
-      }
-      // Persistent grid: never more blocks than can be resident (the cooperative launch enforces it).
-      launch_block_rows<T>(rp, split_vpt, aligned, kSplitThreads, static_cast<int>(std::min(items, capacity)), stream);
-      return;
     }
   }
 
   // 2. Block-per-row.
   if (threads <= kMaxBlockThreads) {
-    launch_block_rows<T>(rp, vpt, aligned, static_cast<int>(threads), grid_for(rows), stream);
+    plan.kind = RowsKind::Block;
+    plan.vpt = vpt;
+    plan.threads = static_cast<int>(threads);
+    return plan;
+  }
+
+  // 4. Streaming.
+  plan.kind = RowsKind::Stream;
+  plan.steps = stream_steps_per_chunk<T>(s.len);
+  return plan;
+}
+
+// Checks a plan against the shape and the compiled instantiations, fills its derived fields (the forced
+// plan's zeros) and launches it. Every check holds for the heuristic's plans; a forced plan that fails one
+// is an error naming the plan.
+template <typename T>
+void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cudaStream_t stream) {
+  using Traits = RowsTraits<T>;
+  constexpr int kVec = Traits::kVec;
+  const T* x = static_cast<const T*>(p.x.const_data_ptr());
+  T* y = static_cast<T*>(p.out.mutable_data_ptr());
+  const bool online = p.algorithm != SoftmaxAlgorithm::Safe;  // "auto" is online
+  const int64_t nv = s.nv;
+  const auto fail = [&](const char* why) {
+    TORCH_CHECK(false, "flash_attn_ext softmax: configuration ", describe(plan), " for rows of ", s.len,
+                " elements (", nv, " vectors, ", s.aligned ? "aligned" : "unaligned", "): ", why);
+  };
+  const auto capped_grid = [&](int64_t items) {
+    return plan.bpsm > 0 ? grid_for(std::min<int64_t>(items, int64_t(plan.bpsm) * s.sms)) : grid_for(items);
+  };
+  RowsParams<T> rp{x, y, s.rows, s.len, online, p.output, 0, 1, 0, nullptr, nullptr, nullptr};
+  if (plan.vpt == kVptSmall) plan.vpt = Traits::kSmallVpt;
+  if (plan.vpt == kVptLarge) plan.vpt = Traits::kMaxVpt;
+
+  if (plan.kind == RowsKind::Warp) {
+    if (plan.vpt != 1 && plan.vpt != 2 && plan.vpt != 4 && plan.vpt != 8) fail("vpt must be 1, 2, 4 or 8");
+    if (plan.vpt > Traits::kMaxVpt) fail("vpt above this dtype's largest compiled warp kernel");
+    if (plan.lanes == 0) {
+      plan.lanes = static_cast<int>(std::min<int64_t>(32, next_pow2(ceil_div(nv, plan.vpt))));
+    }
+    if (plan.lanes > 32 || (plan.lanes & (plan.lanes - 1)) != 0) fail("lanes must be a power of two <= 32");
+    if (int64_t(plan.lanes) * plan.vpt < nv) fail("lanes * vpt vectors do not hold a row");
+    if (!s.aligned && plan.vpt > 1 && plan.lanes != 32) fail("unaligned rows with vpt > 1 need lanes=32");
+    while ((1 << rp.lanes_log2) < plan.lanes) ++rp.lanes_log2;
+    launch_warp_rows<T>(rp, plan.vpt, s.aligned, capped_grid(ceil_div(s.rows, kWarpRowsThreads / plan.lanes)),
+                        stream);
     return;
   }
 
-  // 4. Streaming: chunks of 4 block-steps (64 KiB of fp32), more for rows so long that a row would have over
-  //    1024 chunks (keeps the partial merges short).
+  if (plan.kind == RowsKind::Block || plan.kind == RowsKind::Split) {
+    if (plan.vpt != Traits::kSmallVpt && plan.vpt != Traits::kMaxVpt) fail("vpt must be the small or large size");
+    if (plan.smem == kSmemDerived) {
+      plan.smem = plan.kind == RowsKind::Block && plan.threads > 0
+                      ? static_cast<int>(std::clamp<int64_t>(ceil_div(nv, plan.threads) - plan.vpt, 0, 1 << 20))
+                      : 0;
+    }
+    if (plan.smem < 0) fail("smem must be >= 0");
+    if (plan.smem > 0 && !s.aligned) fail("shared-memory vectors need aligned rows");
+    if (plan.threads == 0) {
+      plan.threads = plan.kind == RowsKind::Split
+                         ? kSplitThreads
+                         : static_cast<int>(std::min<int64_t>(round_up(ceil_div(nv, plan.vpt + plan.smem), 32),
+                                                              kMaxBlockThreads + 32));
+    }
+    if (plan.threads % 32 != 0 || plan.threads < 32 || plan.threads > kMaxBlockThreads) {
+      fail("threads must be a multiple of 32 in [32, 1024]");
+    }
+    const int64_t chunk_vecs = int64_t(plan.threads) * (plan.vpt + plan.smem);
+    if (plan.kind == RowsKind::Block) plan.chunks = 1;
+    if (plan.chunks == 0) plan.chunks = static_cast<int>(std::min<int64_t>(ceil_div(nv, chunk_vecs), 1 << 30));
+    if (int64_t(plan.chunks) * chunk_vecs < nv) fail("the chunks do not hold a row");
+    if (int64_t(plan.chunks - 1) * chunk_vecs >= nv) fail("a chunk would lie past the end of the row");
+    const size_t smem = size_t(plan.threads) * plan.smem * 16;
+    if (smem + 1024 > s.smem_optin) fail("shared memory over the device limit");
+    const int per_sm = block_rows_blocks_per_sm<T>(plan.vpt, s.aligned, plan.threads, smem);
+    if (per_sm < 1) fail("the block cannot be resident");
+    rp.chunks = plan.chunks;
+    rp.smem_vecs = plan.smem;
+    if (plan.kind == RowsKind::Block) {
+      launch_block_rows<T>(rp, plan.vpt, s.aligned, plan.threads, capped_grid(s.rows), stream);
+      return;
+    }
+    // Split: a persistent grid of resident blocks (the cooperative launch enforces it), every chunk of a row
+    // on its own block (chunks <= grid, required for deadlock freedom).
+    const int64_t capacity = int64_t(plan.bpsm > 0 ? std::min(plan.bpsm, per_sm) : per_sm) * s.sms;
+    if (plan.chunks > capacity) fail("more chunks per row than resident blocks");
+    const int64_t items = s.rows * plan.chunks;
+    at::Tensor part, counters;
+    if (plan.chunks > 1) {
+      part = partials_workspace<T>(p.x, items);
+      counters = at::zeros({s.rows}, p.x.options().dtype(at::kInt));
+      rp.part_m = static_cast<acc_t<T>*>(part.data_ptr());
+      rp.part_d = rp.part_m + items;
+      rp.counters = counters.data_ptr<int>();
+    }
+    launch_block_rows<T>(rp, plan.vpt, s.aligned, plan.threads, static_cast<int>(std::min(items, capacity)), stream);
+    return;
+  }
+
+  // Streaming.
+  if (plan.steps == 0) plan.steps = stream_steps_per_chunk<T>(s.len);
+  if (plan.steps < 1) fail("steps must be >= 1");
   const int64_t step = int64_t(kStreamThreads) * kStreamUnroll * kVec;
-  const int64_t steps = ceil_div(len, step);
-  const int64_t steps_per_chunk = std::max<int64_t>(4, ceil_div(steps, 1024));
-  StreamParams<T> sp{x, y, rows, len, steps_per_chunk * step, static_cast<int>(ceil_div(steps, steps_per_chunk)),
-                     StreamPass::State, online, p.output, nullptr, nullptr};
-  const int64_t items = rows * sp.chunks;
+  const int64_t chunks = ceil_div(ceil_div(s.len, step), plan.steps);
+  if (chunks > (int64_t(1) << 30)) fail("too many chunks per row");
+  StreamParams<T> sp{x, y, s.rows, s.len, plan.steps * step, static_cast<int>(chunks), StreamPass::State, online,
+                     p.output, nullptr, nullptr};
+  const int64_t items = s.rows * sp.chunks;
   const at::Tensor part = partials_workspace<T>(p.x, items);
   sp.part_m = static_cast<acc_t<T>*>(part.data_ptr());
   sp.part_d = sp.part_m + items;
   const int grid = grid_for(items);
   if (p.output == SoftmaxOutput::LogSumExp) {
-    launch_stream_reduce<T>(sp, aligned, grid, stream);
+    launch_stream_reduce<T>(sp, s.aligned, grid, stream);
     launch_logsumexp_finalize<T>(sp, stream);
   } else if (online) {
-    launch_stream_reduce<T>(sp, aligned, grid, stream);
-    launch_stream_normalize<T>(sp, aligned, grid, stream);
+    launch_stream_reduce<T>(sp, s.aligned, grid, stream);
+    launch_stream_normalize<T>(sp, s.aligned, grid, stream);
   } else {
     sp.pass = StreamPass::Max;
-    launch_stream_reduce<T>(sp, aligned, grid, stream);
+    launch_stream_reduce<T>(sp, s.aligned, grid, stream);
     sp.pass = StreamPass::SumAtMax;
-    launch_stream_reduce<T>(sp, aligned, grid, stream);
-    launch_stream_normalize<T>(sp, aligned, grid, stream);
+    launch_stream_reduce<T>(sp, s.aligned, grid, stream);
+    launch_stream_normalize<T>(sp, s.aligned, grid, stream);
   }
+}
+
+template <typename T> void softmax_cuda_typed(const SoftmaxProblem& p, cudaStream_t stream) {
+  const T* x = static_cast<const T*>(p.x.const_data_ptr());
+  T* y = static_cast<T*>(p.out.mutable_data_ptr());
+  if (p.inner > 1) {
+    const bool online = p.algorithm != SoftmaxAlgorithm::Safe;
+    launch_columns<T>(ColumnsParams<T>{x, y, p.outer, p.len, p.inner, online, p.output}, stream);
+    return;
+  }
+  const cudaDeviceProp* prop = at::cuda::getCurrentDeviceProperties();
+  const RowsShape s{p.outer,
+                    p.len,
+                    ceil_div(p.len, RowsTraits<T>::kVec),
+                    aligned16(x) && aligned16(y) && (p.len * static_cast<int64_t>(sizeof(T))) % 16 == 0,
+                    prop->multiProcessorCount,
+                    prop->sharedMemPerBlockOptin};
+  const RowsPlan* forced = forced_rows_plan();
+  launch_plan<T>(p, s, forced != nullptr ? *forced : heuristic_plan<T>(p, s), stream);
 }
 
 }  // namespace

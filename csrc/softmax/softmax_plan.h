@@ -1,0 +1,56 @@
+#pragma once
+// The kernel configuration chosen for one row softmax call (inner == 1), and the tuning hook that replaces
+// the heuristic's choice. Host-only, no CUDA types: softmax_cuda.cu fills a RowsPlan (heuristic or forced),
+// validates it against the shape and the compiled instantiations, and launches it.
+//
+// Tuning / benchmark hook (not an API): FAE_SOFTMAX_CONFIG, read once per process, forces every row call
+// (softmax, log_softmax, logsumexp; inner == 1; any algorithm) onto one configuration, e.g.
+//   FAE_SOFTMAX_CONFIG="kind=warp,lanes=8,vpt=4"
+//   FAE_SOFTMAX_CONFIG="kind=block,vpt=8,threads=256,smem=24"
+//   FAE_SOFTMAX_CONFIG="kind=split,vpt=8,threads=512,smem=8,bpsm=2"
+//   FAE_SOFTMAX_CONFIG="kind=stream,steps=8"
+// Keys (0 or absent = derived from the shape where a derivation is given):
+//   kind     warp | block | split | stream
+//   lanes    warp: lanes per row, power of two <= 32 (0: fewest that hold the row)
+//   vpt      warp: 16-byte vectors per lane (1, 2, 4, 8 where compiled); block/split: vectors per thread in
+//            registers (RowsTraits' small or large size); "small" / "large" name RowsTraits' sizes of the
+//            call's dtype (fp32 2 / 8, 16-bit 1 / 4, double 1 / 4)
+//   threads  block/split: block size, multiple of 32 (block 0: fewest that hold the row; split 0: 512)
+//   smem     block/split: vectors per thread in shared memory (aligned rows only). Absent: block the fewest
+//            that hold the row with the given threads (0 when threads is absent), split 0
+//   chunks   split: blocks per row (0: fewest that hold the row)
+//   bpsm     warp/block/split: persistent grid of at most bpsm blocks per SM (0: one item per block; split:
+//            as many as are resident)
+//   steps    stream: 256-thread block-steps per chunk (0: the heuristic's)
+// A forced configuration that is not compiled or does not fit the shape is an error, never a fallback.
+#include <string>
+
+namespace flash_attn_ext {
+namespace softmax {
+
+enum class RowsKind { Warp, Block, Split, Stream };
+
+constexpr int kVptSmall = -1;  // RowsPlan::vpt placeholders for RowsTraits' sizes of the call's dtype
+constexpr int kVptLarge = -2;
+constexpr int kSmemDerived = -1;  // RowsPlan::smem placeholder (see "smem" above)
+
+struct RowsPlan {
+  RowsKind kind = RowsKind::Block;
+  int lanes = 0;
+  int vpt = 0;
+  int threads = 0;
+  int smem = kSmemDerived;
+  int chunks = 0;
+  int bpsm = 0;
+  int steps = 0;
+};
+
+// Parses "key=value,key=value"; throws (TORCH_CHECK) on an unknown key, kind or a malformed value.
+RowsPlan parse_rows_plan(const std::string& text);
+// The plan of FAE_SOFTMAX_CONFIG, or nullptr when it is unset or empty. Parsed on the first call only.
+const RowsPlan* forced_rows_plan();
+// "kind=block,lanes=0,vpt=8,..." (for error messages).
+std::string describe(const RowsPlan& plan);
+
+}  // namespace softmax
+}  // namespace flash_attn_ext

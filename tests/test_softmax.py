@@ -13,7 +13,7 @@ ALGORITHMS = ["safe", "online", "auto"]
 LAYOUTS = ["contiguous", "transposed", "sliced"]
 
 # fp16/bf16: ours vs fp64 <= 2 x (torch in the same dtype vs fp64) + LOW_PRECISION_EPS.
-# fp32/fp64: fixed relative thresholds (torch's own fp32 error grows with the row length; fp64 is the reference).
+# fp32/fp64: a fixed relative threshold, or 2 x torch's own error + half of it where torch errs more (long rows).
 LOW_PRECISION_EPS = {torch.float16: 1e-4, torch.bfloat16: 5e-4}
 FIXED_BOUND = {torch.float32: 1e-6, torch.float64: 1e-12}
 
@@ -52,7 +52,8 @@ def check_against_reference(out, ref, baseline, dtype, what):
     assert not out.isnan().any(), f"{what}: NaN in the output of finite inputs"
     err = rel_err(out, ref)
     if dtype in FIXED_BOUND:
-        bound = FIXED_BOUND[dtype]
+        # Long fp32 reductions may exceed the fixed bound; torch's own error then sets it.
+        bound = max(FIXED_BOUND[dtype], 2 * rel_err(baseline, ref) + FIXED_BOUND[dtype] / 2)
     else:
         bound = 2 * rel_err(baseline, ref) + LOW_PRECISION_EPS[dtype]
     assert err <= bound, f"{what}: rel err {err:.3e} > bound {bound:.3e}"

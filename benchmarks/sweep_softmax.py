@@ -201,8 +201,8 @@ def summarize(payload):
         ok = sorted((r for r in pts if not r["error"]), key=lambda r: r["median_ms"])
         bad = [r for r in pts if r["error"]]
         lines.append(f"-- {op} {dname} {shape[0]}x{shape[1]}: " + "; ".join(
-            f"{r['config']} {r['median_ms'] * 1e3:.1f}us" for r in ok) +
-            (f" | invalid: {len(bad)} ({'; '.join(r['config'] + ': ' + r['error'][:90] for r in bad[:4])})"
+            f"{r['config'].replace('kind=', '')} {r['median_ms'] * 1e3:.1f}" for r in ok[:8]) +
+            (f" | invalid: {len(bad)} ({'; '.join(r['config'] + ': ' + r['error'][-70:] for r in bad[:2])})"
              if bad else ""))
     headers = ["op", "dtype", "shape", "copy us", "copy%", "torch us", "default us", "def %", "best us", "best %",
                "torch/best", "best config"]
@@ -309,7 +309,7 @@ def main(argv=None):
     p.add_argument("--reps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--max-point-seconds", type=float, default=1.0)
-    p.add_argument("--max-seconds", type=float, default=170.0, help="budget; configurations left are skipped")
+    p.add_argument("--max-seconds", type=float, default=140.0, help="budget; configurations left are skipped")
     p.add_argument("--prestart", type=int, default=4, help="workers started ahead (startup overlaps timing)")
     p.add_argument("--results-dir", default=common.RESULTS_DIR)
     p.add_argument("--extra-dir", action="append", default=[])

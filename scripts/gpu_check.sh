@@ -98,6 +98,16 @@ if torch.cuda.is_available():
 EOF
 
 # --- build ------------------------------------------------------------------------------------------------
+# The GPU image's default compiler (/opt/gcc) produced an extension whose iostream formatting crashed (every
+# TORCH_CHECK message with a number segfaulted in std::ostream::_M_insert<long>). Prefer the system compiler,
+# which matches the libstdc++ that torch and python load. FAE_CXX overrides.
+for cxx in ${FAE_CXX:-} /usr/bin/g++ /usr/bin/g++-13 /usr/bin/g++-14 /usr/bin/g++-12; do
+  if [[ -x "$cxx" ]]; then
+    export CXX=$cxx CC=${cxx/g++/gcc}
+    break
+  fi
+done
+log "compiler: CXX=${CXX:-default} ($(${CXX:-c++} --version 2>/dev/null | head -n 1))"
 BUILD_OK=1
 if want build; then
   log "=== build (${BUILD_MODE:-pip}): MAX_JOBS=${MAX_JOBS:-16}" \

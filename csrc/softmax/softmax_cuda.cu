@@ -54,8 +54,8 @@ template <typename T> int stream_steps_per_chunk(int64_t len) {
 
 // The whole kernel choice. Rows (inner == 1), with nv = len / kVec 16-byte vectors per row:
 //  1. warp-per-row       nv <= 32 * kMaxVpt (1024 fp32 / fp16 / bf16 elements, 512 doubles), any algorithm;
-//                        aligned rows get >= 4 vectors per lane where the row has them (teams of < 32 lanes
-//                        for short rows), so a 256-thread block keeps >= 16 KB of loads in flight;
+//                        aligned rows get >= 2 vectors per lane where the row has them (teams of < 32 lanes
+//                        for short rows; on the H100 sweep 2 beat 4 for 128-element bf16 rows);
 //  2. block-per-row      row in registers of one block of <= 1024 threads (32K fp32 / 16-bit, 16K doubles),
 //                        the large vectors-per-thread size (fewest threads, most bytes in flight per thread);
 //                        "auto" softmax/log_softmax uses it only up to 512 threads and when rows fill the GPU;
@@ -63,7 +63,7 @@ template <typename T> int stream_steps_per_chunk(int64_t len) {
 //                        or 512-thread block keeps the rest of its row in shared memory (cp.async), >= 2
 //                        blocks per SM overlap one row's reduction and store with the next one's loads, and
 //                        no block waits on another (the split's exchange);
-//  3. split-row          "auto" softmax/log_softmax beyond that: 512-thread blocks, chunks of a row on several
+//  3. split-row          "auto" softmax/log_softmax beyond that: 256-thread blocks, chunks of a row on several
 //                        blocks (registers + shared memory), one read of DRAM, cooperative persistent grid;
 //  4. streaming          everything left: "safe" 3 passes, "online" 2 passes, logsumexp 1 pass + finalize.
 // FAE_SOFTMAX_CONFIG (softmax_plan.h) replaces this choice for benchmarks.
@@ -73,11 +73,11 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
   plan.smem = 0;
   const int64_t nv = s.nv;
 
-  // 1. Warp-per-row. Aligned: the fewest lanes (>= 1) that leave each lane >= 4 vectors; scalar rows keep
+  // 1. Warp-per-row. Aligned: the fewest lanes (>= 1) that leave each lane >= 2 vectors; scalar rows keep
   //    whole warps once a lane holds more than one vector (the scalar kernel needs compile-time offsets).
   if (nv <= 32 * Traits::kMaxVpt) {
     plan.kind = RowsKind::Warp;
-    plan.lanes = static_cast<int>(s.aligned ? std::clamp<int64_t>(next_pow2(ceil_div(nv, 4)), 1, 32)
+    plan.lanes = static_cast<int>(s.aligned ? std::clamp<int64_t>(next_pow2(ceil_div(nv, 2)), 1, 32)
                                             : next_pow2(std::min<int64_t>(nv, 32)));
     plan.vpt = static_cast<int>(next_pow2(ceil_div(nv, plan.lanes)));
     return plan;
@@ -108,7 +108,7 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
     if (best_resident > 0) return plan;
   }
 
-  // 3. Split beyond 512 threads (two 512-thread blocks per SM overlap one row's store with the next one's
+  // 3. Split beyond 512 threads (several 256-thread blocks per SM overlap one row's store with the next one's
   //    load, a 1024-thread block leaves its SM's memory pipe idle during its reductions) and when the rows
   //    alone cannot fill the GPU. Choose (vectors per thread in registers, vectors per thread in shared
   //    memory) so that all chunks of a row are co-resident (chunks <= resident blocks: required for deadlock
@@ -118,20 +118,20 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
   const bool prefer_split =
       auto_rows && (threads > kSplitThreads || (s.rows < s.sms && nv > int64_t(kSplitThreads) * Traits::kSmallVpt));
   if (prefer_split) {
-    const int64_t large_chunks = ceil_div(nv, int64_t(kSplitThreads) * Traits::kMaxVpt);
+    const int64_t large_chunks = ceil_div(nv, int64_t(kSplitBlockThreads) * Traits::kMaxVpt);
     const int vpt_order[2] = {s.rows * large_chunks < s.sms ? Traits::kSmallVpt : Traits::kMaxVpt, Traits::kMaxVpt};
     constexpr int kSmemVecs[] = {0, 2, 4, 8, 12, 16, 24};
     for (int rows_at_once = 2; rows_at_once >= 1; --rows_at_once) {
       for (int vi = 0; vi < 2; ++vi) {
         for (int sv : kSmemVecs) {
-          const size_t smem = size_t(kSplitThreads) * sv * 16;
+          const size_t smem = size_t(kSplitBlockThreads) * sv * 16;
           if ((sv > 0 && !s.aligned) || smem + 1024 > s.smem_optin) break;
-          const int per_sm = block_rows_blocks_per_sm<T>(vpt_order[vi], s.aligned, kSplitThreads, smem);
-          const int64_t chunks = ceil_div(nv, int64_t(kSplitThreads) * (vpt_order[vi] + sv));
+          const int per_sm = block_rows_blocks_per_sm<T>(vpt_order[vi], s.aligned, kSplitBlockThreads, smem);
+          const int64_t chunks = ceil_div(nv, int64_t(kSplitBlockThreads) * (vpt_order[vi] + sv));
           if (chunks * rows_at_once <= int64_t(per_sm) * s.sms) {
             plan.kind = RowsKind::Split;
             plan.vpt = vpt_order[vi];
-            plan.threads = kSplitThreads;
+            plan.threads = kSplitBlockThreads;
             plan.smem = sv;
             plan.chunks = static_cast<int>(chunks);
             return plan;
@@ -203,7 +203,7 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
     if (plan.smem > 0 && !s.aligned) fail("shared-memory vectors need aligned rows");
     if (plan.threads == 0) {
       plan.threads = plan.kind == RowsKind::Split
-                         ? kSplitThreads
+                         ? kSplitBlockThreads
                          : static_cast<int>(std::min<int64_t>(round_up(ceil_div(nv, plan.vpt + plan.smem), 32),
                                                               kMaxBlockThreads + 32));
     }

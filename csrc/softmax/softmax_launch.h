@@ -37,7 +37,8 @@ template <typename T> struct RowsTraits {
 
 constexpr int kWarpRowsThreads = 256;    // warp-per-row kernel: 8 warps per block
 constexpr int kMaxBlockThreads = 1024;   // block-per-chunk kernel: any multiple of 32 up to this
-constexpr int kSplitThreads = 512;       // block size of the split-row configuration
+constexpr int kSplitThreads = 512;       // rows needing more threads than this (at the large vpt) split
+constexpr int kSplitBlockThreads = 256;  // block size of the split-row configuration (H100 sweep: beat 512)
 constexpr int kStreamThreads = 256;      // streaming kernels
 constexpr int kStreamUnroll = 4;         // 16-byte vectors in flight per thread per step
 constexpr int kColumnThreads = 256;      // column kernel: blockDim.x * blockDim.y

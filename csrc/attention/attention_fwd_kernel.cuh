@@ -135,16 +135,16 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm) att
       const int n0 = tile_begin * kBlockN;
       load_kv_tile<Traits>(sK, gK + n0 * p.k_row_stride, p.k_row_stride, p.seqlen_k - n0, p.head_dim);
       cp_async_commit();
+      load_kv_tile<Traits>(sV, gV + n0 * p.v_row_stride, p.v_row_stride, p.seqlen_k - n0, p.head_dim);
+      cp_async_commit();
     }
 
     uint32_t q_frag[Traits::kQInRegs ? kMTiles : 1][Traits::kQInRegs ? Traits::kKSteps : 1][4];
 
     for (int tile = tile_begin; tile < tile_end; ++tile) {
       const int n0 = tile * kBlockN;
-      cp_async_wait<0>();  // K(tile) (and Q) landed
-      __syncthreads();     // ... for every thread; every warp is also done with P V(tile - 1), so sV is free
-      load_kv_tile<Traits>(sV, gV + n0 * p.v_row_stride, p.v_row_stride, p.seqlen_k - n0, p.head_dim);
-      cp_async_commit();  // V(tile) streams in while S = Q K^T runs
+      cp_async_wait<1>();  // K(tile) (and Q) landed; V(tile) may be in flight
+      __syncthreads();
 
       if constexpr (Traits::kQInRegs) {
         if (tile == tile_begin) {
@@ -190,8 +190,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm) att
           }
         }
       }
-      cp_async_wait<0>();  // V(tile) landed
-      __syncthreads();     // ... for every thread; every warp is done with sK
+      __syncthreads();  // every warp is done with sK
       if (tile + 1 < tile_end) {
         const int n1 = n0 + kBlockN;
         load_kv_tile<Traits>(sK, gK + n1 * p.k_row_stride, p.k_row_stride, p.seqlen_k - n1, p.head_dim);
@@ -246,6 +245,9 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm) att
         }
       }
 
+      cp_async_wait<1>();  // V(tile) landed; K(tile + 1) may be in flight
+      __syncthreads();
+
       // O += P V, with P re-packed from the S accumulators straight into A fragments.
       if (warp_active) {
 #pragma unroll
@@ -270,6 +272,12 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm) att
           }
         }
       }
+      __syncthreads();  // every warp is done with sV
+      if (tile + 1 < tile_end) {
+        const int n1 = n0 + kBlockN;
+        load_kv_tile<Traits>(sV, gV + n1 * p.v_row_stride, p.v_row_stride, p.seqlen_k - n1, p.head_dim);
+      }
+      cp_async_commit();
     }
   }
 

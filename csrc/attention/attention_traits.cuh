@@ -32,8 +32,7 @@ struct AttentionFwdTraits {
   static constexpr int kSmemStride = kHeadDim + 8;
   // Q fragments stay in registers when they are few; otherwise they are re-read from smem per tile.
   static constexpr bool kQInRegs = kMTiles * kKSteps * 4 <= 16;
-  // sQ, then one K tile and one V tile: V(j) streams in while Q K(j)^T runs, K(j+1) while softmax and P V(j)
-  // run; two barriers per tile.
+  // sQ, then one K tile and one V tile: K(j+1) streams in while P V(j) runs, V(j+1) while Q K(j+1)^T runs.
   static constexpr size_t kSmemBytes = size_t(kBlockM + 2 * kBlockN) * kSmemStride * sizeof(T);
 
   static_assert(kHeadDim % 32 == 0 && kHeadDim <= 256, "head-dim tile must be a multiple of 32, at most 256");

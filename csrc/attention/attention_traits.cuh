@@ -46,11 +46,13 @@ struct AttentionFwdTraits {
 
 // The tile shape per head-dim tile (shared by fp16 and bf16). 32: 8 warps of 16 rows, two blocks per SM
 // within 128 registers. 64-128: 4 warps of 32 rows, so each K/V fragment read from smem feeds two MMAs, two
-// blocks per SM at up to 255 registers. 192/256: 8 warps of 16 rows, one block per SM.
+// blocks per SM at up to 255 registers. 192/256: 4 warps of 16 rows (64-row blocks), two blocks per SM, so
+// one block's barriers overlap the other's work (8 warps in one block per SM measured 0.7-0.9x FA2).
 template <typename T, int kHeadDim>
 struct AttentionFwdConfig {
   static constexpr bool kWideWarps = kHeadDim >= 64 && kHeadDim <= 128;
-  using Traits = AttentionFwdTraits<T, kHeadDim, 128, 64, kWideWarps ? 4 : 8, kHeadDim <= 128 ? 2 : 1>;
+  static constexpr bool kLargeHead = kHeadDim > 128;
+  using Traits = AttentionFwdTraits<T, kHeadDim, kLargeHead ? 64 : 128, 64, kWideWarps || kLargeHead ? 4 : 8, 2>;
 };
 
 }  // namespace flash_attn_ext

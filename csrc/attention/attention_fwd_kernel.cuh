@@ -232,14 +232,10 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm) att
                 sum += pr;
               }
             row_sum[mi][h] = row_sum[mi][h] * alpha + sum;
-            // Once the running maxima settle, most tiles leave every alpha at 1: skip the D/4 multiplies
-            // per row then (a warp-uniform branch, so no divergence).
-            if (__any_sync(0xffffffff, alpha != 1.f)) {
 #pragma unroll
-              for (int dt = 0; dt < kDTiles; ++dt) {
-                o[mi][dt][2 * h] *= alpha;
-                o[mi][dt][2 * h + 1] *= alpha;
-              }
+            for (int dt = 0; dt < kDTiles; ++dt) {
+              o[mi][dt][2 * h] *= alpha;
+              o[mi][dt][2 * h + 1] *= alpha;
             }
           }
         }

@@ -134,20 +134,7 @@ def main(argv=None):
                 torch.cuda.empty_cache()
             common.write_json(payload, paths)
 
-    payload["complete"] = not broken and not budget.expired()
-    payload["elapsed_s"] = budget.elapsed()
-    common.write_json(payload, paths)
-    import tables  # noqa: E402  (after the run: a table bug must not cost the measurements)
-    print()
-    print(tables.softmax_tables(payload))
-    if broken:
-        print("CUDA context broke during the run: results after that point are missing.")
-    skipped = sum(1 for r in payload["results"] if (r.get("error") or "").startswith("skipped"))
-    if skipped:
-        print(f"time budget (--max-seconds {args.max_seconds}) spent: {skipped} measurement(s) skipped.")
-    if fae_errors:
-        print(f"{fae_errors} flash_attn_ext point(s) raised an error (see 'error' in the JSON).")
-    return 3 if broken else (2 if fae_errors else 0)
+    return common.finish_run(payload, paths, budget, broken, fae_errors, args.max_seconds, "softmax_tables")
 
 
 def _progress_line(rec):

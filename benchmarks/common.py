@@ -429,3 +429,23 @@ def format_table(headers, rows, markdown=False, align=None):
         return "  ".join(c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
 
     return "\n".join([line(headers), line(["-" * w for w in widths])] + [line(r) for r in rows])
+
+
+def finish_run(payload, paths, budget, broken, fae_errors, max_seconds, table_name):
+    """Writes the final JSON, prints the tables (``tables.<table_name>``) and what is missing; returns the exit
+    code: 3 when the CUDA context broke, 2 when one of our points raised, else 0."""
+    payload["complete"] = not broken and not budget.expired()
+    payload["elapsed_s"] = budget.elapsed()
+    write_json(payload, paths)
+    import tables  # after the run: a table bug must not cost the measurements
+
+    print()
+    print(getattr(tables, table_name)(payload))
+    if broken:
+        print("CUDA context broke during the run: results after that point are missing.")
+    skipped = sum(1 for r in payload["results"] if (r.get("error") or "").startswith("skipped"))
+    if skipped:
+        print(f"time budget (--max-seconds {max_seconds}) spent: {skipped} measurement(s) skipped.")
+    if fae_errors:
+        print(f"{fae_errors} flash_attn_ext point(s) raised an error (see 'error' in the JSON).")
+    return 3 if broken else (2 if fae_errors else 0)

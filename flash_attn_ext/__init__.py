@@ -14,6 +14,4 @@ __version__ = "0.1.0"
 
 def cuda_available() -> bool:
     """True when the extension was built with its CUDA kernels (a GPU may still be absent)."""
-    import torch
-
     return torch._C._dispatch_has_kernel_for_dispatch_key("flash_attn_ext::softmax", "CUDA")

@@ -120,7 +120,7 @@ __global__ void __launch_bounds__(32 * kWarps) attention_fwd_fp32_kernel(const A
     const int r = m0 + warp * kRowsPerWarp + i;
     if (r >= p.packed_rows) continue;
     const int head = kv_head * p.group + r % p.group, s = r / p.group;
-    const float inv = l > 0.f ? 1.f / l : 0.f;
+    const float inv = l == 0.f ? 0.f : 1.f / l;  // NaN inputs stay NaN
     float* dst = gO + head * p.o_head_stride + (int64_t)s * p.o_row_stride;
 #pragma unroll
     for (int c = 0; c < kMaxDChunks; ++c) {
@@ -129,7 +129,7 @@ __global__ void __launch_bounds__(32 * kWarps) attention_fwd_fp32_kernel(const A
     }
     if (lane == 0) {
       p.lse[((int64_t)batch * p.heads_q + head) * p.seqlen_q + s] =
-          l > 0.f ? row_max[i] * 0.693147180559945309f + logf(l) : -INFINITY;
+          l == 0.f ? -INFINITY : row_max[i] * 0.693147180559945309f + logf(l);
     }
   }
 }

@@ -286,8 +286,8 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm) att
       float l = row_sum[mi][h];
       l += __shfl_xor_sync(0xffffffff, l, 1);
       l += __shfl_xor_sync(0xffffffff, l, 2);
-      inv_sum[mi][h] = l > 0.f ? 1.f / l : 0.f;
-      const float lse = l > 0.f ? row_max[mi][h] * kLn2 + logf(l) : -INFINITY;
+      inv_sum[mi][h] = l == 0.f ? 0.f : 1.f / l;  // NaN inputs stay NaN
+      const float lse = l == 0.f ? -INFINITY : row_max[mi][h] * kLn2 + logf(l);
       const int r = m0 + warp_row0 + mi * 16 + h * 8 + g;
       if (t == 0 && r < p.packed_rows) {
         const int64_t head = (int64_t)bc.batch * p.heads_q + bc.kv_head * p.group + r % p.group;

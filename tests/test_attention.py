@@ -7,7 +7,8 @@ import pytest
 import torch
 
 import flash_attn_ext as fae
-from reference import (DEVICES, attention_ref, merge_ref, poison, rel_err, requires_cuda, sdpa_baseline)
+from reference import (DEVICES, NO_INDUCTOR_CACHE, attention_ref, merge_ref, poison, rel_err, requires_cuda,
+                       sdpa_baseline)
 
 DTYPES = [torch.float16, torch.bfloat16, torch.float32]
 HEAD_DIMS = [8, 16, 40, 64, 72, 96, 128, 200, 256]
@@ -285,7 +286,8 @@ ATTENTION_ERRORS = [
      r"v has 1 heads but k has 2"),
     ("heads_not_multiple", lambda dev: _qkv(dev, hq=6, hk=4), RuntimeError,
      r"q's head count \(6\) must be a multiple of k's \(4\)"),
-    ("head_dim_too_big", lambda dev: _qkv(dev, d=264), RuntimeError, r"head dim D must be a multiple of 8 in \[8, 256\], got 264"),
+    ("head_dim_too_big", lambda dev: _qkv(dev, d=264), RuntimeError,
+     r"head dim D must be a multiple of 8 in \[8, 256\], got 264"),
     ("head_dim_not_multiple_of_8", lambda dev: _qkv(dev, d=20), RuntimeError, r"head dim D must be a multiple of 8"),
     ("q_last_stride", lambda dev: _replace(_qkv(dev), q=torch.randn(2, 4, 5, 128, device=dev)[..., ::2]),
      RuntimeError, r"q must have unit stride on its last dim"),
@@ -381,31 +383,62 @@ def test_opcheck(device):
         torch.library.opcheck(ops.merge_attention.default, (outs, lses))
 
 
-class TransformerBlock(torch.nn.Module):
-    """Pre-norm causal self-attention: qkv projection, fae.attention (GQA), output projection."""
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("device", DEVICES)
+def test_fake_kernel_matches_real(device, layout):
+    # opcheck compares shapes and dtypes; torch.compile also relies on the fake strides (a real output laid
+    # out differently from its fake would be read wrongly by generated code)
+    from torch._subclasses.fake_tensor import FakeTensorMode
 
-    def __init__(self, dim=128, heads=4, kv_heads=2):
+    q, k, v = make_qkv(2, 4, 2, 9, 9, 64, torch.float16, device, layout)
+    outs = torch.randn(3, 2, 9, 4, 64, device=device).transpose(2, 3)  # non-contiguous partials
+    lses = torch.randn(3, 2, 9, 4, device=device).transpose(2, 3)
+    real = fae.attention(q, k, v, return_lse=True) + fae.merge_attention(outs, lses)
+    with FakeTensorMode() as mode:
+        fake_args = [mode.from_tensor(t) for t in (q, k, v, outs, lses)]
+        fake = fae.attention(*fake_args[:3], return_lse=True) + fae.merge_attention(*fake_args[3:])
+    for r, f in zip(real, fake):
+        assert (r.shape, r.dtype, r.stride()) == (f.shape, f.dtype, f.stride())
+
+
+class TransformerBlock(torch.nn.Module):
+    """Pre-norm causal self-attention: qkv projection, fae.attention (GQA), output projection.
+
+    fused: q, k, v are slices of one packed projection (non-dense views); otherwise separate projections
+    give dense (B, S, H, D) tensors passed as (B, H, S, D) views, whose output keeps that layout."""
+
+    def __init__(self, dim=128, heads=4, kv_heads=2, fused=True):
         super().__init__()
-        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, dim // heads
+        self.heads, self.kv_heads, self.head_dim, self.fused = heads, kv_heads, dim // heads, fused
         self.norm = torch.nn.LayerNorm(dim)
-        self.qkv = torch.nn.Linear(dim, (heads + 2 * kv_heads) * self.head_dim)
+        self.q = torch.nn.Linear(dim, heads * self.head_dim)
+        self.kv = torch.nn.Linear(dim, 2 * kv_heads * self.head_dim)
         self.proj = torch.nn.Linear(dim, dim)
 
     def forward(self, x):
         b, s, _ = x.shape
-        qkv = self.qkv(self.norm(x)).view(b, s, self.heads + 2 * self.kv_heads, self.head_dim)
-        q, k, v = qkv.split([self.heads, self.kv_heads, self.kv_heads], dim=2)
+        h = self.norm(x)
+        if self.fused:
+            w, bias = torch.cat([self.q.weight, self.kv.weight]), torch.cat([self.q.bias, self.kv.bias])
+            qkv = torch.nn.functional.linear(h, w, bias).view(b, s, self.heads + 2 * self.kv_heads, self.head_dim)
+            q, k, v = qkv.split([self.heads, self.kv_heads, self.kv_heads], dim=2)
+        else:
+            q = self.q(h).view(b, s, self.heads, self.head_dim)
+            k, v = self.kv(h).view(b, s, 2, self.kv_heads, self.head_dim).unbind(2)
+            k, v = k.contiguous(), v.contiguous()
         o = fae.attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=True)
         return x + self.proj(o.transpose(1, 2).reshape(b, s, -1))
 
 
+@pytest.mark.parametrize("fused", [True, False], ids=["packed_qkv", "separate_qkv"])
 @pytest.mark.parametrize("device", DEVICES)
-def test_torch_compile_transformer_block(device):
-    block = TransformerBlock().to(device)
+def test_torch_compile_transformer_block(device, fused):
+    block = TransformerBlock(fused=fused).to(device)
     x = torch.randn(2, 37, 128, device=device)
     with torch.no_grad():
         eager = block(x)
-        compiled = torch.compile(block, fullgraph=True)(x)  # fullgraph: any graph break is an error
+        # fullgraph=True: any graph break is an error
+        compiled = torch.compile(block, fullgraph=True, options=NO_INDUCTOR_CACHE)(x)
     torch.testing.assert_close(compiled, eager, rtol=1e-4, atol=1e-4)
 
 

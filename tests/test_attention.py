@@ -158,6 +158,32 @@ def test_decode(device, dtype, sk, cpu_ok, causal):
     check_attention(*make_qkv(2, 8, 2, 1, sk, 128, dtype, device), causal=causal)
 
 
+CPU_ISA_CHECK = """
+import test_attention as t
+import torch
+for dtype in (torch.float32, torch.bfloat16):
+    for d, sq, sk, causal in ((8, 7, 1, False), (72, 65, 130, True), (200, 3, 97, False), (256, 97, 40, True)):
+        t.check_attention(*t.make_qkv(1, 4, 2, sq, sk, d, dtype, "cpu"), causal=causal)
+print("checked")
+"""
+
+
+@pytest.mark.parametrize("isa", ["generic", "avx2", "avx512"])
+def test_cpu_isa_variants(isa):
+    # The CPU tile math is compiled per instruction set and picked at load time: the other variants never
+    # run in this process, so each one runs once in a child process pinned with FLASH_ATTN_EXT_CPU_ISA.
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, FLASH_ATTN_EXT_CPU_ISA=isa, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    child = subprocess.run([sys.executable, "-c", CPU_ISA_CHECK], env=env, capture_output=True, text=True,
+                           cwd=os.path.dirname(os.path.abspath(__file__)))
+    if "lacks" in child.stderr or "has no x86 variants" in child.stderr:
+        pytest.skip(f"this CPU or build has no {isa} variant")
+    assert child.returncode == 0 and "checked" in child.stdout, child.stderr[-3000:]
+
+
 # --- degenerate sizes ---------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("sq, sk", [(97, 7), (1025, 1), (7, 3), (4, 0), (1, 0)])

@@ -197,6 +197,25 @@ def test_rows_without_keys(device, dtype, sq, sk):
         assert (lse[:, :, :blind] == -math.inf).all() and (lse[:, :, blind:] > -math.inf).all()
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("device", DEVICES)
+def test_nan_inputs_propagate(device, dtype):
+    # NaN in one query poisons exactly that row (out and lse); NaN in key 5 poisons exactly the causal rows that
+    # see it (i >= 5). A NaN must never be mistaken for "no key" (out 0, lse -inf).
+    q, k, v = make_qkv(1, 2, 1, 5, 100, 64, dtype, device)
+    q[0, 1, 3, 7] = math.nan
+    out, lse = fae.attention(q, k, v, return_lse=True)
+    assert out[0, 1, 3].isnan().all() and lse[0, 1, 3].isnan()
+    rest = torch.ones_like(lse, dtype=torch.bool)
+    rest[0, 1, 3] = False
+    assert torch.isfinite(out[rest]).all() and torch.isfinite(lse[rest]).all()
+    q, k, v = make_qkv(1, 2, 1, 8, 8, 64, dtype, device)
+    k[0, 0, 5, 0] = math.nan
+    out, lse = fae.attention(q, k, v, causal=True, return_lse=True)
+    assert out[0, :, 5:].isnan().all() and lse[0, :, 5:].isnan().all()
+    assert torch.isfinite(out[0, :, :5]).all() and torch.isfinite(lse[0, :, :5]).all()
+
+
 @pytest.mark.parametrize("shape", [(0, 2, 7, 64), (2, 2, 0, 64), (2, 0, 7, 64)], ids=str)
 @pytest.mark.parametrize("device", DEVICES)
 def test_empty(device, shape):

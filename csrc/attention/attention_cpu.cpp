@@ -315,10 +315,10 @@ void attention_cpu_kernel(const AttentionProblem& p) {
 
       for (int64_t i = 0; i < nq; ++i) {
         scalar_t* out = gO.row(b, h, i0 + i);
-        const float l = rL[i];
-        const float inv_l = l > 0.f ? 1.f / l : 0.f;
+        const float l = rL[i];  // 0: the row saw no key; NaN: NaN inputs, which propagate to out and lse
+        const float inv_l = l == 0.f ? 0.f : 1.f / l;
         for (int64_t d = 0; d < D; ++d) out[d] = static_cast<scalar_t>(rO[i * D + d] * inv_l);
-        gLse[(b * Hq + h) * Sq + i0 + i] = l > 0.f ? rM[i] + std::log(l) : kNegInf;
+        gLse[(b * Hq + h) * Sq + i0 + i] = l == 0.f ? kNegInf : rM[i] + std::log(l);
       }
     }
   });

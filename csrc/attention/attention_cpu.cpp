@@ -33,7 +33,7 @@ namespace flash_attn_ext {
 namespace {
 
 // Tile sizes of the CPU kernel. Per thread: sQ + rO (kBlockQ x D) and sS (kBlockQ x kBlockK) floats, plus
-// one packed key tile sKt + sV (2 x D x kBlockK floats) read from the shared packed copy: ~200 KiB at D = 256.
+// one packed key tile sKt + sV (2 x D x kBlockK floats) read from the shared packed copy: ~270 KiB at D = 256.
 struct AttentionCpuTraits {
   static constexpr int64_t kBlockQ = 64;
   static constexpr int64_t kBlockK = 64;  // fixed trip count of the score and exp loops: they vectorize
@@ -53,15 +53,16 @@ inline float nan_max(float a, float b) { return (b > a || b != b) ? b : a; }
 #define FAE_ALWAYS_INLINE inline
 #endif
 
-// exp(x) for x <= 0 (x = s - max), written so that loops over it vectorize without -ffast-math
-// (Cephes expf: range reduction by ln 2, degree-6 polynomial, exponent by bit arithmetic; <= 1.4 ulp).
-// -inf -> 0, NaN -> NaN; results below the smallest normal float (x < -87.3) flush to 0.
-// The clamp and the flush are integer masks, not float selects: GCC does not if-convert float compares
-// under the default -ftrapping-math, which would leave the loop scalar.
+#if defined(__has_builtin)
+#if __has_builtin(__builtin_bit_cast)
+#define FAE_HAS_BUILTIN_BIT_CAST 1
+#endif
+#endif
+
 template <typename To, typename From>
 FAE_ALWAYS_INLINE To bit_cast(From from) {
   static_assert(sizeof(To) == sizeof(From), "bit_cast between types of different sizes");
-#if defined(__GNUC__)
+#ifdef FAE_HAS_BUILTIN_BIT_CAST
   return __builtin_bit_cast(To, from);  // no address-taken temporaries: keeps the callers vectorizable
 #else
   To to;
@@ -70,6 +71,11 @@ FAE_ALWAYS_INLINE To bit_cast(From from) {
 #endif
 }
 
+// exp(x) for x <= 0 (x = s - max), written so that loops over it vectorize without -ffast-math
+// (Cephes expf: range reduction by ln 2, degree-6 polynomial, exponent by bit arithmetic; <= 1.4 ulp).
+// -inf -> 0, NaN -> NaN; results below the smallest normal float (x < -87.3) flush to 0.
+// The clamp and the flush are integer masks, not float selects: GCC does not if-convert float compares
+// under the default -ftrapping-math, which would leave the loop scalar.
 FAE_ALWAYS_INLINE float exp_nonpositive(float x) {
   constexpr int32_t kLoBits = static_cast<int32_t>(0xc2aeac4fu);  // -87.33654f, where exp reaches FLT_MIN
   constexpr int32_t kInfBits = 0x7f800000;

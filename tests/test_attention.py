@@ -7,7 +7,8 @@ import pytest
 import torch
 
 import flash_attn_ext as fae
-from reference import (DEVICES, attention_ref, merge_ref, poison, rel_err, requires_cuda, sdpa_baseline)
+from reference import (DEVICES, NO_INDUCTOR_CACHE, attention_ref, merge_ref, poison, rel_err, requires_cuda,
+                       sdpa_baseline)
 
 DTYPES = [torch.float16, torch.bfloat16, torch.float32]
 HEAD_DIMS = [8, 16, 40, 64, 72, 96, 128, 200, 256]
@@ -44,10 +45,16 @@ def make_qkv(b, hq, hk, sq, sk, d, dtype, device, layout="bhsd"):
 
 
 def check_attention(q, k, v, causal=False, scale=None):
-    """Runs fae.attention once and checks out and lse against the fp64 reference (bounds above); rows that
-    see no key must be exactly out 0 and lse -inf. Returns (out, lse)."""
+    """Runs fae.attention once (on a poisoned allocator) and checks it with check_result. Returns (out, lse)."""
     poison(q.device, 4 * q.numel() * q.element_size())
     out, lse = fae.attention(q, k, v, causal=causal, scale=scale, return_lse=True)
+    check_result(out, lse, q, k, v, causal, scale)
+    return out, lse
+
+
+def check_result(out, lse, q, k, v, causal=False, scale=None):
+    """Checks out and lse of attention(q, k, v) against the fp64 reference (bounds above); rows that see no
+    key must be exactly out 0 and lse -inf."""
     assert out.shape == q.shape and out.dtype == q.dtype and out.device == q.device
     assert lse.shape == q.shape[:3] and lse.dtype == torch.float32 and lse.is_contiguous()
     assert not out.isnan().any(), "NaN in out"
@@ -58,18 +65,17 @@ def check_attention(q, k, v, causal=False, scale=None):
     assert (out[~seen] == 0).all(), "a row that sees no key must be 0"
     assert (lse[~seen] == -math.inf).all(), "a row that sees no key must have lse -inf"
     if not seen.any():
-        return out, lse
+        return
 
     err = rel_err(out[seen], ref_out[seen])
     if q.dtype == torch.float32:
         bound = FP32_BOUND
     else:
-        baseline = sdpa_baseline(q, k, v, causal, scale)
+        baseline = sdpa_baseline(q, k, v, causal, scale)  # NaN or garbage on unseen rows: excluded
         bound = 2 * rel_err(baseline[seen], ref_out[seen]) + LOW_PRECISION_EPS
     assert err <= bound, f"out: rel err {err:.3e} > bound {bound:.3e}"
     lse_err = (lse[seen].double() - ref_lse[seen]).abs().max().item()
     assert lse_err <= LSE_ATOL, f"lse: abs err {lse_err:.3e} > {LSE_ATOL:.0e}"
-    return out, lse
 
 
 def _too_big_for_cpu(device, cpu_ok):
@@ -157,6 +163,32 @@ def test_decode(device, dtype, sk, cpu_ok, causal):
     check_attention(*make_qkv(2, 8, 2, 1, sk, 128, dtype, device), causal=causal)
 
 
+CPU_ISA_CHECK = """
+import test_attention as t
+import torch
+for dtype in (torch.float32, torch.bfloat16):
+    for d, sq, sk, causal in ((8, 7, 1, False), (72, 65, 130, True), (200, 3, 97, False), (256, 97, 40, True)):
+        t.check_attention(*t.make_qkv(1, 4, 2, sq, sk, d, dtype, "cpu"), causal=causal)
+print("checked")
+"""
+
+
+@pytest.mark.parametrize("isa", ["generic", "avx2", "avx512"])
+def test_cpu_isa_variants(isa):
+    # The CPU tile math is compiled per instruction set and picked at load time: the other variants never
+    # run in this process, so each one runs once in a child process pinned with FLASH_ATTN_EXT_CPU_ISA.
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, FLASH_ATTN_EXT_CPU_ISA=isa, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    child = subprocess.run([sys.executable, "-c", CPU_ISA_CHECK], env=env, capture_output=True, text=True,
+                           cwd=os.path.dirname(os.path.abspath(__file__)))
+    if "lacks" in child.stderr or "has no x86 variants" in child.stderr:
+        pytest.skip(f"this CPU or build has no {isa} variant")
+    assert child.returncode == 0 and "checked" in child.stdout, child.stderr[-3000:]
+
+
 # --- degenerate sizes ---------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("sq, sk", [(97, 7), (1025, 1), (7, 3), (4, 0), (1, 0)])
@@ -168,6 +200,25 @@ def test_rows_without_keys(device, dtype, sq, sk):
         out, lse = check_attention(*make_qkv(1, 2, 1, sq, sk, 64, dtype, device), causal=causal)
         blind = sq - sk if causal else (sq if sk == 0 else 0)
         assert (lse[:, :, :blind] == -math.inf).all() and (lse[:, :, blind:] > -math.inf).all()
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("device", DEVICES)
+def test_nan_inputs_propagate(device, dtype):
+    # NaN in one query poisons exactly that row (out and lse); NaN in key 5 poisons exactly the causal rows that
+    # see it (i >= 5). A NaN must never be mistaken for "no key" (out 0, lse -inf).
+    q, k, v = make_qkv(1, 2, 1, 5, 100, 64, dtype, device)
+    q[0, 1, 3, 7] = math.nan
+    out, lse = fae.attention(q, k, v, return_lse=True)
+    assert out[0, 1, 3].isnan().all() and lse[0, 1, 3].isnan()
+    rest = torch.ones_like(lse, dtype=torch.bool)
+    rest[0, 1, 3] = False
+    assert torch.isfinite(out[rest]).all() and torch.isfinite(lse[rest]).all()
+    q, k, v = make_qkv(1, 2, 1, 8, 8, 64, dtype, device)
+    k[0, 0, 5, 0] = math.nan
+    out, lse = fae.attention(q, k, v, causal=True, return_lse=True)
+    assert out[0, :, 5:].isnan().all() and lse[0, :, 5:].isnan().all()
+    assert torch.isfinite(out[0, :, :5]).all() and torch.isfinite(lse[0, :, :5]).all()
 
 
 @pytest.mark.parametrize("shape", [(0, 2, 7, 64), (2, 2, 0, 64), (2, 0, 7, 64)], ids=str)
@@ -285,7 +336,8 @@ ATTENTION_ERRORS = [
      r"v has 1 heads but k has 2"),
     ("heads_not_multiple", lambda dev: _qkv(dev, hq=6, hk=4), RuntimeError,
      r"q's head count \(6\) must be a multiple of k's \(4\)"),
-    ("head_dim_too_big", lambda dev: _qkv(dev, d=264), RuntimeError, r"head dim D must be a multiple of 8 in \[8, 256\], got 264"),
+    ("head_dim_too_big", lambda dev: _qkv(dev, d=264), RuntimeError,
+     r"head dim D must be a multiple of 8 in \[8, 256\], got 264"),
     ("head_dim_not_multiple_of_8", lambda dev: _qkv(dev, d=20), RuntimeError, r"head dim D must be a multiple of 8"),
     ("q_last_stride", lambda dev: _replace(_qkv(dev), q=torch.randn(2, 4, 5, 128, device=dev)[..., ::2]),
      RuntimeError, r"q must have unit stride on its last dim"),
@@ -381,31 +433,62 @@ def test_opcheck(device):
         torch.library.opcheck(ops.merge_attention.default, (outs, lses))
 
 
-class TransformerBlock(torch.nn.Module):
-    """Pre-norm causal self-attention: qkv projection, fae.attention (GQA), output projection."""
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("device", DEVICES)
+def test_fake_kernel_matches_real(device, layout):
+    # opcheck compares shapes and dtypes; torch.compile also relies on the fake strides (a real output laid
+    # out differently from its fake would be read wrongly by generated code)
+    from torch._subclasses.fake_tensor import FakeTensorMode
 
-    def __init__(self, dim=128, heads=4, kv_heads=2):
+    q, k, v = make_qkv(2, 4, 2, 9, 9, 64, torch.float16, device, layout)
+    outs = torch.randn(3, 2, 9, 4, 64, device=device).transpose(2, 3)  # non-contiguous partials
+    lses = torch.randn(3, 2, 9, 4, device=device).transpose(2, 3)
+    real = fae.attention(q, k, v, return_lse=True) + fae.merge_attention(outs, lses)
+    with FakeTensorMode() as mode:
+        fake_args = [mode.from_tensor(t) for t in (q, k, v, outs, lses)]
+        fake = fae.attention(*fake_args[:3], return_lse=True) + fae.merge_attention(*fake_args[3:])
+    for r, f in zip(real, fake):
+        assert (r.shape, r.dtype, r.stride()) == (f.shape, f.dtype, f.stride())
+
+
+class TransformerBlock(torch.nn.Module):
+    """Pre-norm causal self-attention: qkv projection, fae.attention (GQA), output projection.
+
+    fused: q, k, v are slices of one packed projection (non-dense views); otherwise separate projections
+    give dense (B, S, H, D) tensors passed as (B, H, S, D) views, whose output keeps that layout."""
+
+    def __init__(self, dim=128, heads=4, kv_heads=2, fused=True):
         super().__init__()
-        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, dim // heads
+        self.heads, self.kv_heads, self.head_dim, self.fused = heads, kv_heads, dim // heads, fused
         self.norm = torch.nn.LayerNorm(dim)
-        self.qkv = torch.nn.Linear(dim, (heads + 2 * kv_heads) * self.head_dim)
+        self.q = torch.nn.Linear(dim, heads * self.head_dim)
+        self.kv = torch.nn.Linear(dim, 2 * kv_heads * self.head_dim)
         self.proj = torch.nn.Linear(dim, dim)
 
     def forward(self, x):
         b, s, _ = x.shape
-        qkv = self.qkv(self.norm(x)).view(b, s, self.heads + 2 * self.kv_heads, self.head_dim)
-        q, k, v = qkv.split([self.heads, self.kv_heads, self.kv_heads], dim=2)
+        h = self.norm(x)
+        if self.fused:
+            w, bias = torch.cat([self.q.weight, self.kv.weight]), torch.cat([self.q.bias, self.kv.bias])
+            qkv = torch.nn.functional.linear(h, w, bias).view(b, s, self.heads + 2 * self.kv_heads, self.head_dim)
+            q, k, v = qkv.split([self.heads, self.kv_heads, self.kv_heads], dim=2)
+        else:
+            q = self.q(h).view(b, s, self.heads, self.head_dim)
+            k, v = self.kv(h).view(b, s, 2, self.kv_heads, self.head_dim).unbind(2)
+            k, v = k.contiguous(), v.contiguous()
         o = fae.attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=True)
         return x + self.proj(o.transpose(1, 2).reshape(b, s, -1))
 
 
+@pytest.mark.parametrize("fused", [True, False], ids=["packed_qkv", "separate_qkv"])
 @pytest.mark.parametrize("device", DEVICES)
-def test_torch_compile_transformer_block(device):
-    block = TransformerBlock().to(device)
+def test_torch_compile_transformer_block(device, fused):
+    block = TransformerBlock(fused=fused).to(device)
     x = torch.randn(2, 37, 128, device=device)
     with torch.no_grad():
         eager = block(x)
-        compiled = torch.compile(block, fullgraph=True)(x)  # fullgraph: any graph break is an error
+        # fullgraph=True: any graph break is an error
+        compiled = torch.compile(block, fullgraph=True, options=NO_INDUCTOR_CACHE)(x)
     torch.testing.assert_close(compiled, eager, rtol=1e-4, atol=1e-4)
 
 
@@ -433,10 +516,7 @@ def test_cuda_graph_capture_replay(sq, sk):
         s.copy_(f)
     graph.replay()
     torch.cuda.synchronize()
-    ref_out, ref_lse = attention_ref(*fresh, causal=True)
-    bound = 2 * rel_err(sdpa_baseline(*fresh, causal=True), ref_out) + LOW_PRECISION_EPS
-    assert rel_err(out, ref_out) <= bound
-    torch.testing.assert_close(lse.double(), ref_lse, rtol=0, atol=LSE_ATOL)  # -inf rows compare equal
+    check_result(out, lse, *fresh, causal=True)
     ref_full, ref_full_lse = attention_ref(*fresh)
     assert rel_err(merged, ref_full) <= 3 * rel_err(sdpa_baseline(*fresh), ref_full) + LOW_PRECISION_EPS
     torch.testing.assert_close(merged_lse.double(), ref_full_lse, rtol=0, atol=LSE_ATOL)
@@ -458,9 +538,7 @@ def test_cuda_respects_current_stream():
         out, lse = fae.attention(*static, causal=True, return_lse=True)
         merged, merged_lse = fae.merge_attention([out, out], [lse, lse])
     side.synchronize()
-    ref_out, ref_lse = attention_ref(*good, causal=True)
-    assert rel_err(out, ref_out) <= 2 * rel_err(sdpa_baseline(*good, causal=True), ref_out) + LOW_PRECISION_EPS
-    torch.testing.assert_close(lse.double(), ref_lse, rtol=0, atol=LSE_ATOL)  # -inf rows compare equal
+    check_result(out, lse, *good, causal=True)
     torch.testing.assert_close(merged, out)
     torch.testing.assert_close(merged_lse, lse + math.log(2.0))
 

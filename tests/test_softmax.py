@@ -6,7 +6,8 @@ import pytest
 import torch
 
 import flash_attn_ext as fae
-from reference import (DEVICES, log_softmax_ref, logsumexp_ref, poison, rel_err, requires_cuda, softmax_ref)
+from reference import (DEVICES, NO_INDUCTOR_CACHE, log_softmax_ref, logsumexp_ref, poison, rel_err,
+                       requires_cuda, softmax_ref)
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
 ALGORITHMS = ["safe", "online", "auto"]
@@ -110,16 +111,26 @@ def test_logsumexp_accuracy(device, dtype, shape, dim, layout, keepdim):
                             "logsumexp")
 
 
+@pytest.mark.parametrize("layout", ["row", "column"])
+@pytest.mark.parametrize("pattern", ["randn", "near_constant"])
 @pytest.mark.parametrize("algorithm", ["safe", "online"])
 @pytest.mark.parametrize("device", DEVICES)
-def test_rows_longer_than_2_pow_24(device, algorithm):
-    # float32 counts exactly only up to 2^24: a naive running sum stalls; the pairwise chunk merge does not
-    x = make_input((1, 2**24 + 3), torch.float32, device)
-    check_against_reference(fae.softmax(x, -1, algorithm=algorithm), softmax_ref(x, -1), None, torch.float32,
+def test_longer_than_2_pow_24(device, algorithm, pattern, layout):
+    # float32 counts exactly only up to 2^24, and a long running sum of near-equal terms rounds the same way
+    # at every step: "near_constant" (exp(x - max) ~ e^-1.5 everywhere) turns a sequential sum's error
+    # into ~1e-4, while a blocked / tree reduction stays near 1e-7.
+    n = 2**24 + 3
+    shape, dim = ((1, n), -1) if layout == "row" else ((n, 2), 0)
+    if pattern == "randn":
+        x = make_input(shape, torch.float32, device)
+    else:
+        x = -1.0 + 1e-3 * torch.randn(shape, device=device)
+        x[0] = 0.5
+    check_against_reference(fae.softmax(x, dim, algorithm=algorithm), softmax_ref(x, dim), None, torch.float32,
                             "softmax")
-    check_against_reference(fae.log_softmax(x, -1, algorithm=algorithm), log_softmax_ref(x, -1), None,
+    check_against_reference(fae.log_softmax(x, dim, algorithm=algorithm), log_softmax_ref(x, dim), None,
                             torch.float32, "log_softmax")
-    check_against_reference(fae.logsumexp(x, -1), logsumexp_ref(x, -1), None, torch.float32, "logsumexp")
+    check_against_reference(fae.logsumexp(x, dim), logsumexp_ref(x, dim), None, torch.float32, "logsumexp")
 
 
 # --- special values: parity with torch in the same dtype ---------------------------------------------------
@@ -268,6 +279,21 @@ def test_opcheck(device):
             torch.library.opcheck(ops.logsumexp.default, (x, dim, keepdim))
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_fake_kernel_matches_real(device):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    x = torch.randn(9, 5, 33, device=device).transpose(0, 2)
+    calls = [lambda t: fae.softmax(t, 1), lambda t: fae.log_softmax(t, -1), lambda t: fae.logsumexp(t, 0),
+             lambda t: fae.logsumexp(t, 1, keepdim=True), lambda t: fae.logsumexp(t[0, 0, 0], 0)]
+    with FakeTensorMode() as mode:
+        fake_x = mode.from_tensor(x)
+        fakes = [call(fake_x) for call in calls]
+    for call, f in zip(calls, fakes):
+        r = call(x)
+        assert (r.shape, r.dtype, r.stride()) == (f.shape, f.dtype, f.stride())
+
+
 def _softmax_family(x):
     a = fae.softmax(x * 2.0, -1, algorithm="online")
     b = fae.log_softmax(x, 0, algorithm="safe")
@@ -278,7 +304,7 @@ def _softmax_family(x):
 @pytest.mark.parametrize("device", DEVICES)
 def test_torch_compile_fullgraph(device):
     x = torch.randn(33, 97, device=device)
-    compiled = torch.compile(_softmax_family, fullgraph=True)
+    compiled = torch.compile(_softmax_family, fullgraph=True, options=NO_INDUCTOR_CACHE)
     torch.testing.assert_close(compiled(x), _softmax_family(x), rtol=1e-5, atol=1e-5)
 
 

@@ -1,22 +1,29 @@
 // CPU attention forward (FlashAttention-style, tiled, no score matrix in memory) and merge_attention.
 //
 // attention: q (B, Hq, Sq, D), k/v (B, Hk, Sk, D) -> out (B, Hq, Sq, D), lse (B, Hq, Sq) float32.
-//   One task per (b, hq, tile of kBlockQ queries), spread with at::parallel_for. A task copies its query
-//   tile to float once, then streams key tiles of kBlockK keys (converted to float, K transposed) and keeps
-//   per query row a running max m, a running sum l of exp(s - m) and an unnormalized accumulator rO,
-//   rescaled by exp(m_old - m_new) whenever m grows. All math is float32 whatever the input dtype.
+//   1. pack_kv: K and V of every (b, hk) are converted once to float key tiles of kBlockK keys (K transposed),
+//      one task per (b, hk, key tile).
+//   2. One task per (b, hq, tile of kBlockQ queries): the query tile is copied to float, then each key tile
+//      updates, per query row, a running max m, a running sum l of exp(s - m) and an unnormalized
+//      accumulator rO, rescaled by exp(m_old - m_new) whenever m grows; out = rO / l, lse = m + log(l).
+//   All math is float32 whatever the input dtype; the tile math is compiled per x86 ISA (generic, AVX2,
+//   AVX-512) and the widest one the CPU runs is picked at load time.
 //   Query head h reads kv head h / (Hq / Hk). causal is bottom-right aligned: query i sees keys
 //   j <= i + Sk - Sq. A row that sees no key (Sk == 0, or causal with Sq > Sk) gets out 0 and lse -inf.
 // merge_attention: outs (N, rows, D), lses (N, rows) float32 -> out (rows, D), lse (rows); one task per row.
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 #include <torch/library.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -25,12 +32,13 @@
 namespace flash_attn_ext {
 namespace {
 
-// Tile sizes of the CPU kernel. Buffers per thread: sQ + rO (kBlockQ x D), sKt + sV (D x kBlockK),
-// sS (kBlockQ x kBlockK) floats, ~320 KiB at D = 256: they stay in L2.
+// Tile sizes of the CPU kernel. Per thread: sQ + rO (kBlockQ x D) and sS (kBlockQ x kBlockK) floats, plus
+// one packed key tile sKt + sV (2 x D x kBlockK floats) read from the shared packed copy: ~270 KiB at D = 256.
 struct AttentionCpuTraits {
   static constexpr int64_t kBlockQ = 64;
-  static constexpr int64_t kBlockK = 64;  // fixed trip count of the innermost score loop: vectorizes
-  static_assert(kBlockK % 16 == 0, "kBlockK must fill whole vector registers");
+  static constexpr int64_t kBlockK = 64;  // fixed trip count of the score and exp loops: they vectorize
+  static constexpr int64_t kSumLanes = 16;
+  static_assert(kBlockK % kSumLanes == 0, "the tile sum runs in kSumLanes independent lanes");
   static_assert(kBlockQ >= 1, "kBlockQ must be positive");
 };
 
@@ -38,6 +46,188 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // max that propagates NaN (a NaN score or lse must not be mistaken for "no key").
 inline float nan_max(float a, float b) { return (b > a || b != b) ? b : a; }
+
+#if defined(__GNUC__)
+#define FAE_ALWAYS_INLINE inline __attribute__((always_inline))
+#else
+#define FAE_ALWAYS_INLINE inline
+#endif
+
+#if defined(__has_builtin)
+#if __has_builtin(__builtin_bit_cast)
+#define FAE_HAS_BUILTIN_BIT_CAST 1
+#endif
+#endif
+
+template <typename To, typename From>
+FAE_ALWAYS_INLINE To bit_cast(From from) {
+  static_assert(sizeof(To) == sizeof(From), "bit_cast between types of different sizes");
+#ifdef FAE_HAS_BUILTIN_BIT_CAST
+  return __builtin_bit_cast(To, from);  // no address-taken temporaries: keeps the callers vectorizable
+#else
+  To to;
+  std::memcpy(&to, &from, sizeof(to));
+  return to;
+#endif
+}
+
+// exp(x) for x <= 0 (x = s - max), written so that loops over it vectorize without -ffast-math
+// (Cephes expf: range reduction by ln 2, degree-6 polynomial, exponent by bit arithmetic; <= 1.4 ulp).
+// -inf -> 0, NaN -> NaN; results below the smallest normal float (x < -87.3) flush to 0.
+// The clamp and the flush are integer masks, not float selects: GCC does not if-convert float compares
+// under the default -ftrapping-math, which would leave the loop scalar.
+FAE_ALWAYS_INLINE float exp_nonpositive(float x) {
+  constexpr int32_t kLoBits = static_cast<int32_t>(0xc2aeac4fu);  // -87.33654f, where exp reaches FLT_MIN
+  constexpr int32_t kInfBits = 0x7f800000;
+  const int32_t xb = bit_cast<int32_t>(x);
+  const int32_t mag = xb & 0x7fffffff;
+  // all ones where x < -87.33654 (-inf included, NaN excluded), else 0
+  const int32_t below = -static_cast<int32_t>((xb < 0) & (mag > (kLoBits & 0x7fffffff)) & (mag <= kInfBits));
+  const float xc = bit_cast<float>((below & kLoBits) | (~below & xb));
+  const float fx = (xc * 1.44269504088896341f + 12582912.f) - 12582912.f;  // round(xc / ln 2)
+  const float r = (xc - fx * 0.693359375f) - fx * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const float y = p * (r * r) + r + 1.f;
+  const float pow2n = bit_cast<float>((static_cast<int32_t>(fx) + 127) << 23);
+  return bit_cast<float>(bit_cast<int32_t>(y * pow2n) & ~below);
+}
+
+// Max of s[0, n) that propagates NaN, in integer arithmetic so that the loop vectorizes (float compares do
+// not, see exp_nonpositive): flipping the magnitude bits of negative floats makes their bit patterns order
+// like the values as int32; NaN (of either sign) maps above every number.
+template <int64_t n>
+FAE_ALWAYS_INLINE float nan_max_of(const float* s) {
+  constexpr int32_t kInfBits = 0x7f800000, kMagnitude = 0x7fffffff, kNanKey = kMagnitude;
+  constexpr int32_t kNegInfKey = static_cast<int32_t>(0xff800000u) ^ kMagnitude;
+  int32_t best = kNegInfKey;
+  for (int64_t j = 0; j < n; ++j) {
+    const int32_t b = bit_cast<int32_t>(s[j]);
+    const int32_t nan_mask = -static_cast<int32_t>((b & kMagnitude) > kInfBits);
+    const int32_t key = ((b ^ ((b >> 31) & kMagnitude)) & ~nan_mask) | (nan_mask & kNanKey);
+    best = std::max(best, key);
+  }
+  if (best == kNanKey) return std::numeric_limits<float>::quiet_NaN();
+  return bit_cast<float>(best < 0 ? best ^ kMagnitude : best);
+}
+
+// O[0, W) = alpha * O[0, W) + sum_j p[j] * V[j, 0, W) for one row of O; the W accumulators live in registers
+// across all n keys (V rows are ldv floats apart).
+constexpr int64_t kWideChunk = 64, kNarrowChunk = 8;  // D is a multiple of 8
+template <int64_t W>
+FAE_ALWAYS_INLINE void rescale_add_pv(float* __restrict__ o, float alpha, const float* __restrict__ p,
+                                      const float* __restrict__ v, int64_t n, int64_t ldv) {
+  float acc[W];
+  for (int64_t w = 0; w < W; ++w) acc[w] = o[w] * alpha;
+  for (int64_t j = 0; j < n; ++j) {
+    const float pj = p[j];
+    const float* vj = v + j * ldv;
+    for (int64_t w = 0; w < W; ++w) acc[w] += pj * vj[w];
+  }
+  for (int64_t w = 0; w < W; ++w) o[w] = acc[w];
+}
+
+// One step of the online softmax for a query tile against one key tile, all float32:
+//   sQ (nq, D) queries; sKt (D, kBlockK) keys transposed; sV (kBlockK, D) values;
+//   rO (nq, D), rM, rL (nq): running unnormalized output, max and sum of each query row; sS scratch.
+//   Row i sees keys [0, min(nk, i + diag)) of the tile (diag >= nk when nothing is masked).
+// The body is compiled once per instruction set below and picked at run time (see tile_step_for_cpu).
+FAE_ALWAYS_INLINE void attention_tile_step_body(const float* __restrict__ sQ, const float* __restrict__ sKt,
+                                                const float* __restrict__ sV, float* __restrict__ sS,
+                                                float* __restrict__ rO, float* __restrict__ rM,
+                                                float* __restrict__ rL, int64_t nq, int64_t nk, int64_t D,
+                                                int64_t diag, float scale) {
+  constexpr int64_t kBK = AttentionCpuTraits::kBlockK, kLanes = AttentionCpuTraits::kSumLanes;
+  for (int64_t i = 0; i < nq; ++i) {
+    const int64_t n_vis = std::max<int64_t>(0, std::min(nk, i + diag));
+    if (n_vis == 0) continue;
+    // S = scale * Q @ K^T for this row, over the full (zero-padded) tile width
+    float acc[kBK] = {};
+    const float* q = sQ + i * D;
+    for (int64_t d = 0; d < D; ++d) {
+      const float qd = q[d];
+      const float* kt = sKt + d * kBK;
+      for (int64_t j = 0; j < kBK; ++j) acc[j] += qd * kt[j];
+    }
+    float* s = sS + i * kBK;
+    for (int64_t j = 0; j < kBK; ++j) s[j] = acc[j] * scale;
+    for (int64_t j = n_vis; j < kBK; ++j) s[j] = kNegInf;  // masked and padding keys: P = 0 below
+    const float m_new = nan_max(rM[i], nan_max_of<kBK>(s));
+    if (m_new == kNegInf) continue;  // every visible score is -inf so far: keep l = 0
+    const float alpha = std::exp(rM[i] - m_new);  // 0 on the first visible tile
+    // P = exp(S - m_new); a branch-free loop over the whole tile, so it vectorizes
+    for (int64_t j = 0; j < kBK; ++j) s[j] = exp_nonpositive(s[j] - m_new);
+    float lanes[kLanes] = {};
+    for (int64_t j = 0; j < kBK; j += kLanes) {
+      for (int64_t l = 0; l < kLanes; ++l) lanes[l] += s[j + l];
+    }
+    float tile_sum = 0.f;
+    for (int64_t l = 0; l < kLanes; ++l) tile_sum += lanes[l];
+    rL[i] = rL[i] * alpha + tile_sum;
+    rM[i] = m_new;
+    // O = alpha * O + P @ V, in column chunks that stay in registers across the keys
+    float* o = rO + i * D;
+    int64_t d0 = 0;
+    for (; d0 + kWideChunk <= D; d0 += kWideChunk) {
+      rescale_add_pv<kWideChunk>(o + d0, alpha, s, sV + d0, n_vis, D);
+    }
+    for (; d0 < D; d0 += kNarrowChunk) rescale_add_pv<kNarrowChunk>(o + d0, alpha, s, sV + d0, n_vis, D);
+  }
+}
+
+using AttentionTileStep = void (*)(const float*, const float*, const float*, float*, float*, float*, float*,
+                                   int64_t, int64_t, int64_t, int64_t, float);
+
+void attention_tile_step_generic(const float* sQ, const float* sKt, const float* sV, float* sS, float* rO,
+                                 float* rM, float* rL, int64_t nq, int64_t nk, int64_t D, int64_t diag,
+                                 float scale) {
+  attention_tile_step_body(sQ, sKt, sV, sS, rO, rM, rL, nq, nk, D, diag, scale);
+}
+
+#if defined(__GNUC__) && defined(__x86_64__)
+#define FAE_X86_VARIANTS 1
+__attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,avx2,fma")))
+void attention_tile_step_avx512(const float* sQ, const float* sKt, const float* sV, float* sS, float* rO,
+                                float* rM, float* rL, int64_t nq, int64_t nk, int64_t D, int64_t diag,
+                                float scale) {
+  attention_tile_step_body(sQ, sKt, sV, sS, rO, rM, rL, nq, nk, D, diag, scale);
+}
+
+__attribute__((target("avx2,fma")))
+void attention_tile_step_avx2(const float* sQ, const float* sKt, const float* sV, float* sS, float* rO,
+                              float* rM, float* rL, int64_t nq, int64_t nk, int64_t D, int64_t diag,
+                              float scale) {
+  attention_tile_step_body(sQ, sKt, sV, sS, rO, rM, rL, nq, nk, D, diag, scale);
+}
+#endif
+
+// The widest variant this CPU runs (the extension itself is built for the baseline ISA).
+// FLASH_ATTN_EXT_CPU_ISA=generic|avx2|avx512 caps the choice, as ATEN_CPU_CAPABILITY does for torch; the tests
+// use it to run every variant. A cap above what the CPU supports is an error, never a silent downgrade.
+AttentionTileStep tile_step_for_cpu() {
+  const char* env = std::getenv("FLASH_ATTN_EXT_CPU_ISA");
+  const std::string cap = env != nullptr ? env : "";
+  TORCH_CHECK(cap.empty() || cap == "generic" || cap == "avx2" || cap == "avx512",
+              "FLASH_ATTN_EXT_CPU_ISA must be generic, avx2 or avx512, got '", cap, "'");
+#ifdef FAE_X86_VARIANTS
+  __builtin_cpu_init();
+  const bool has_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  const bool has_avx512 = has_avx2 && __builtin_cpu_supports("avx512f") &&
+                          __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512vl");
+  TORCH_CHECK(cap != "avx512" || has_avx512, "FLASH_ATTN_EXT_CPU_ISA=avx512: this CPU (or build) lacks AVX-512");
+  TORCH_CHECK(cap != "avx2" || has_avx2, "FLASH_ATTN_EXT_CPU_ISA=avx2: this CPU (or build) lacks AVX2 + FMA");
+  if (has_avx512 && (cap.empty() || cap == "avx512")) return attention_tile_step_avx512;
+  if (has_avx2 && cap != "generic") return attention_tile_step_avx2;
+#else
+  TORCH_CHECK(cap.empty() || cap == "generic", "FLASH_ATTN_EXT_CPU_ISA=", cap, ": this build has no x86 variants");
+#endif
+  return attention_tile_step_generic;
+}
 
 // Calls f(scalar_t{}) for the dtypes the attention ops accept; anything else is an error.
 template <typename F>
@@ -55,33 +245,62 @@ template <typename scalar_t>
 struct BhsdView {
   scalar_t* ptr;
   int64_t sb, sh, ss;
-  BhsdView(const at::Tensor& t)
+  explicit BhsdView(const at::Tensor& t)
       : ptr(static_cast<scalar_t*>(t.data_ptr())), sb(t.stride(0)), sh(t.stride(1)), ss(t.stride(2)) {}
   scalar_t* row(int64_t b, int64_t h, int64_t s) const { return ptr + b * sb + h * sh + s * ss; }
 };
 
+// K and V of every (b, hk) converted once to float key tiles, shared by all query heads and tiles that read
+// them: pKt (B * Hk, k_tiles, D, kBlockK) zero-padded past Sk, pV (B * Hk, k_tiles, kBlockK, D). This float
+// copy costs 8 bytes per (key, dim) pair, twice the size of 16-bit K and V.
+template <typename scalar_t>
+void pack_kv(const AttentionProblem& p, int64_t k_tiles, float* pKt, float* pV) {
+  constexpr int64_t kBK = AttentionCpuTraits::kBlockK;
+  const int64_t Hk = p.heads_kv, Sk = p.seqlen_k, D = p.head_dim;
+  const BhsdView<const scalar_t> gK(p.k), gV(p.v);
+  at::parallel_for(0, p.batch * Hk * k_tiles, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      const int64_t bhk = t / k_tiles, j0 = (t % k_tiles) * kBK, nk = std::min(kBK, Sk - j0);
+      float* kt = pKt + t * D * kBK;
+      float* vt = pV + t * kBK * D;
+      std::fill(kt, kt + D * kBK, 0.f);
+      for (int64_t j = 0; j < nk; ++j) {
+        const scalar_t* k = gK.row(bhk / Hk, bhk % Hk, j0 + j);
+        const scalar_t* v = gV.row(bhk / Hk, bhk % Hk, j0 + j);
+        for (int64_t d = 0; d < D; ++d) {
+          kt[d * kBK + j] = static_cast<float>(k[d]);
+          vt[j * D + d] = static_cast<float>(v[d]);
+        }
+      }
+    }
+  });
+}
+
 template <typename scalar_t>
 void attention_cpu_kernel(const AttentionProblem& p) {
-  using Traits = AttentionCpuTraits;
-  constexpr int64_t kBQ = Traits::kBlockQ, kBK = Traits::kBlockK;
+  constexpr int64_t kBQ = AttentionCpuTraits::kBlockQ, kBK = AttentionCpuTraits::kBlockK;
   const int64_t B = p.batch, Hq = p.heads_q, Sq = p.seqlen_q, Sk = p.seqlen_k, D = p.head_dim;
   const int64_t group = Hq / p.heads_kv;
   const int64_t q_tiles = (Sq + kBQ - 1) / kBQ;
+  const int64_t k_tiles = (Sk + kBK - 1) / kBK;
   const int64_t causal_offset = Sk - Sq;  // query i sees keys j <= i + causal_offset
   const float scale = static_cast<float>(p.scale);
-  const BhsdView<const scalar_t> gQ(p.q), gK(p.k), gV(p.v);
+  const BhsdView<const scalar_t> gQ(p.q);
   const BhsdView<scalar_t> gO(p.out);
   float* gLse = p.lse.mutable_data_ptr<float>();
+  static const AttentionTileStep tile_step = tile_step_for_cpu();
+
+  const at::Tensor packed = at::empty({2, B * p.heads_kv * k_tiles * kBK * D}, p.q.options().dtype(at::kFloat));
+  float* pKt = packed[0].data_ptr<float>();
+  float* pV = packed[1].data_ptr<float>();
+  if (k_tiles > 0) pack_kv<scalar_t>(p, k_tiles, pKt, pV);
 
   at::parallel_for(0, B * Hq * q_tiles, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> sQ(kBQ * D), rO(kBQ * D), sKt(D * kBK), sV(kBK * D), sS(kBQ * kBK);
-    std::vector<float> rM(kBQ), rL(kBQ);
+    std::vector<float> sQ(kBQ * D), rO(kBQ * D), sS(kBQ * kBK), rM(kBQ), rL(kBQ);
     for (int64_t task = begin; task < end; ++task) {
-      const int64_t qt = task % q_tiles;
-      const int64_t bh = task / q_tiles;
+      const int64_t qt = task % q_tiles, bh = task / q_tiles;
       const int64_t b = bh / Hq, h = bh % Hq, hk = h / group;
       const int64_t i0 = qt * kBQ, nq = std::min(kBQ, Sq - i0);
-
       for (int64_t i = 0; i < nq; ++i) {
         const scalar_t* q = gQ.row(b, h, i0 + i);
         for (int64_t d = 0; d < D; ++d) sQ[i * D + d] = static_cast<float>(q[d]);
@@ -90,70 +309,22 @@ void attention_cpu_kernel(const AttentionProblem& p) {
       std::fill(rM.begin(), rM.end(), kNegInf);
       std::fill(rL.begin(), rL.end(), 0.f);
 
-      // Keys past the last one the tile's last query sees are skipped whole.
+      // Causal: key tiles past the last key the tile's last query sees are skipped whole.
       const int64_t k_end = p.causal ? std::max<int64_t>(0, std::min(Sk, i0 + nq + causal_offset)) : Sk;
       for (int64_t j0 = 0; j0 < k_end; j0 += kBK) {
-        const int64_t nk = std::min(kBK, k_end - j0);
-        for (int64_t j = 0; j < nk; ++j) {
-          const scalar_t* k = gK.row(b, hk, j0 + j);
-          const scalar_t* v = gV.row(b, hk, j0 + j);
-          for (int64_t d = 0; d < D; ++d) {
-            sKt[d * kBK + j] = static_cast<float>(k[d]);
-            sV[j * D + d] = static_cast<float>(v[d]);
-          }
-        }
-        for (int64_t j = nk; j < kBK; ++j) {
-          for (int64_t d = 0; d < D; ++d) sKt[d * kBK + j] = 0.f;
-        }
-        const bool needs_mask = p.causal && j0 + nk - 1 > i0 + causal_offset;
-
-        for (int64_t i = 0; i < nq; ++i) {
-          // S = scale * Q @ K^T for this row, over the full (zero-padded) tile width
-          float* __restrict__ s = &sS[i * kBK];
-          for (int64_t j = 0; j < kBK; ++j) s[j] = 0.f;
-          const float* q = &sQ[i * D];
-          for (int64_t d = 0; d < D; ++d) {
-            const float qd = q[d];
-            const float* __restrict__ kt = &sKt[d * kBK];
-            for (int64_t j = 0; j < kBK; ++j) s[j] += qd * kt[j];
-          }
-          // visible keys of this row in the tile: [0, n_vis)
-          int64_t n_vis = nk;
-          if (needs_mask) n_vis = std::max<int64_t>(0, std::min(nk, i0 + i + causal_offset - j0 + 1));
-          float tile_max = kNegInf;
-          for (int64_t j = 0; j < n_vis; ++j) {
-            s[j] *= scale;
-            tile_max = nan_max(tile_max, s[j]);
-          }
-          const float m_new = nan_max(rM[i], tile_max);
-          if (m_new == kNegInf) continue;  // nothing visible yet (or all scores -inf): keep l = 0
-          const float alpha = std::exp(rM[i] - m_new);  // 0 on the first visible tile
-          float tile_sum = 0.f;
-          for (int64_t j = 0; j < n_vis; ++j) {
-            s[j] = std::exp(s[j] - m_new);
-            tile_sum += s[j];
-          }
-          rL[i] = rL[i] * alpha + tile_sum;
-          rM[i] = m_new;
-          // O = alpha * O + P @ V
-          float* __restrict__ o = &rO[i * D];
-          if (alpha != 1.f) {
-            for (int64_t d = 0; d < D; ++d) o[d] *= alpha;
-          }
-          for (int64_t j = 0; j < n_vis; ++j) {
-            const float pj = s[j];
-            const float* __restrict__ v = &sV[j * D];
-            for (int64_t d = 0; d < D; ++d) o[d] += pj * v[d];
-          }
-        }
+        const int64_t t = (b * p.heads_kv + hk) * k_tiles + j0 / kBK;
+        // row i of the query tile sees tile keys j < i + diag
+        const int64_t diag = p.causal ? i0 + causal_offset - j0 + 1 : kBK;
+        tile_step(sQ.data(), pKt + t * D * kBK, pV + t * kBK * D, sS.data(), rO.data(), rM.data(),
+                            rL.data(), nq, std::min(kBK, k_end - j0), D, diag, scale);
       }
 
       for (int64_t i = 0; i < nq; ++i) {
         scalar_t* out = gO.row(b, h, i0 + i);
-        const float l = rL[i];
-        const float inv_l = l > 0.f ? 1.f / l : 0.f;
+        const float l = rL[i];  // 0: the row saw no key; NaN: NaN inputs, which propagate to out and lse
+        const float inv_l = l == 0.f ? 0.f : 1.f / l;
         for (int64_t d = 0; d < D; ++d) out[d] = static_cast<scalar_t>(rO[i * D + d] * inv_l);
-        gLse[(b * Hq + h) * Sq + i0 + i] = l > 0.f ? rM[i] + std::log(l) : kNegInf;
+        gLse[(b * Hq + h) * Sq + i0 + i] = l == 0.f ? kNegInf : rM[i] + std::log(l);
       }
     }
   });

@@ -23,9 +23,15 @@ __device__ __forceinline__ V column_allreduce(V v, Op op, V* scratch) {
 // inner dim (coalesced), threadIdx.y splits len, each thread taking elements k = threadIdx.y + i * ty of its
 // column, 4 loads in flight per step; the ty partial results of a column are combined through shared memory
 // (same order in every thread, so all agree). Grid: blocks walk tiles (outer index, group of tx columns).
+// float columns accumulate in double: each thread sums len / ty terms one after another, and for columns
+// past 2^24 a float running sum of near-equal terms drifts by ~1e-4 (rows avoid this by merging chunk
+// partials). The kernel stays memory-bound.
+template <typename T> struct ColumnAcc { using type = acc_t<T>; };
+template <> struct ColumnAcc<float> { using type = double; };
+
 template <typename T>
 __global__ void __launch_bounds__(kColumnThreads) softmax_columns_kernel(const ColumnsParams<T> p) {
-  using A = acc_t<T>;
+  using A = typename ColumnAcc<T>::type;
   constexpr int kUnroll = 4;
   __shared__ A s_val[kColumnThreads];
   __shared__ OnlineState<A> s_state[kColumnThreads];
@@ -48,7 +54,7 @@ __global__ void __launch_bounds__(kColumnThreads) softmax_columns_kernel(const C
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const int64_t k = k0 + static_cast<int64_t>(u) * ty;
-        v[0][u] = k < len ? to_acc(__ldg(x + k * p.inner)) : neg_inf<A>();
+        v[0][u] = k < len ? A(to_acc(__ldg(x + k * p.inner))) : neg_inf<A>();
       }
       if (p.online) fold(state, v);
       else mx = amax(mx, max_of(v));
@@ -60,19 +66,19 @@ __global__ void __launch_bounds__(kColumnThreads) softmax_columns_kernel(const C
       // Pass 2 (safe): sum of rescale(x, M) against the column max M.
       const A col_max = column_allreduce(mx, MaxOp{}, s_val);
       A sum = A(0);
-      for (int64_t k = threadIdx.y; k < len; k += ty) sum += rescale(to_acc(__ldg(x + k * p.inner)), col_max);
+      for (int64_t k = threadIdx.y; k < len; k += ty) sum += rescale(A(to_acc(__ldg(x + k * p.inner))), col_max);
       col_state = {col_max, column_allreduce(sum, SumOp{}, s_val)};
     }
 
     if (p.output == SoftmaxOutput::LogSumExp) {
-      if (threadIdx.y == 0 && col < p.inner) p.y[o * p.inner + col] = from_acc<T>(row_lse(col_state));
+      if (threadIdx.y == 0 && col < p.inner) p.y[o * p.inner + col] = from_acc<T>(static_cast<acc_t<T>>(row_lse(col_state)));
       continue;
     }
     // Last pass: normalize.
     const Epilogue<A> epi(p.output, col_state, col_state.m);
     T* y = p.y + base;
     for (int64_t k = threadIdx.y; k < len; k += ty) {
-      y[k * p.inner] = from_acc<T>(epi.apply(to_acc(__ldg(x + k * p.inner)), col_state.m));
+      y[k * p.inner] = from_acc<T>(static_cast<acc_t<T>>(epi.apply(A(to_acc(__ldg(x + k * p.inner))), col_state.m)));
     }
   }
 }

@@ -25,9 +25,12 @@ CASES = [
     ((4, 7, 97), 2), ((4, 7, 97), 1), ((4, 7, 97), 0), ((4, 7, 97), -2),
     ((1025, 3), 0), ((2, 4097, 3), 1), ((97, 1, 5), 1), ((6, 1), -1), ((1, 1, 1), 1), ((3, 5, 7, 9), -3),
 ]
-# Long rows and columns that reach the multi-block / split paths of the CUDA kernels.
+# Long rows and columns that reach the multi-block / split paths of the CUDA kernels. Aligned long rows
+# (lengths a multiple of 8) reach the pipelined kernel on sm_90: whole rows (300 x 16384, more rows than SMs)
+# and rows split over blocks (3 x 1_000_000).
 CUDA_CASES = [
     ((4, 1_000_003), -1), ((2, 65537), 1), ((3, 200_003, 2), 1), ((1025, 4097), 0), ((8, 3, 300_007), -1),
+    ((300, 16384), -1), ((3, 1_000_000), -1),
 ]
 
 
@@ -108,6 +111,17 @@ def test_logsumexp_accuracy(device, dtype, shape, dim, layout, keepdim):
     poison(device)
     out = fae.logsumexp(x, dim, keepdim=keepdim)
     check_against_reference(out, logsumexp_ref(x, dim, keepdim), torch.logsumexp(x, dim, keepdim), dtype,
+                            "logsumexp")
+
+
+@pytest.mark.cuda
+@requires_cuda
+@pytest.mark.parametrize("shape, dim, layout", [p for p in _cases(CUDA_CASES) if p.values[2] != "transposed"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_logsumexp_accuracy_long_cuda(dtype, shape, dim, layout):
+    x = make_input(shape, dtype, "cuda", layout)
+    poison("cuda")
+    check_against_reference(fae.logsumexp(x, dim), logsumexp_ref(x, dim), torch.logsumexp(x, dim), dtype,
                             "logsumexp")
 
 
@@ -355,11 +369,47 @@ def test_cuda_respects_current_stream(name):
     check_against_reference(out, ref, None, torch.float32, name)
 
 
+FORCED_CONFIG_CHECK = """
+import torch
+import flash_attn_ext as fae
+import test_softmax as t
+from reference import softmax_ref, log_softmax_ref, logsumexp_ref
+for dtype in (torch.float32, torch.bfloat16, torch.float64):
+    for shape in ((5, 4096), (200, 8192), (7, 40_000)):
+        x = t.make_input(shape, dtype, "cuda")
+        for op, ref, base in ((fae.softmax, softmax_ref, torch.softmax),
+                              (fae.log_softmax, log_softmax_ref, torch.log_softmax),
+                              (fae.logsumexp, logsumexp_ref, torch.logsumexp)):
+            t.poison("cuda", 2 * x.numel() * x.element_size())
+            t.check_against_reference(op(x, -1), ref(x, -1), base(x, -1), dtype, op.__name__ + str(shape))
+print("checked")
+"""
+
+
+@pytest.mark.cuda
+@requires_cuda
+@pytest.mark.parametrize("config", ["kind=pipe", "kind=pipe,chunks=3,threads=256", "kind=pipe,chunks=7,threads=1024"])
+def test_forced_configs_cuda(config):
+    # FAE_SOFTMAX_CONFIG (the tuning hook) is read once per process: each configuration runs in a child that
+    # checks every op, on short and long rows split into the configuration's chunks (or whole rows).
+    import os
+    import subprocess
+    import sys
+
+    if config.startswith("kind=pipe") and torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("the pipelined kernel needs sm_90")
+    env = dict(os.environ, FAE_SOFTMAX_CONFIG=config, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    child = subprocess.run([sys.executable, "-c", FORCED_CONFIG_CHECK], env=env, capture_output=True, text=True,
+                           cwd=os.path.dirname(os.path.abspath(__file__)))
+    assert child.returncode == 0 and "checked" in child.stdout, child.stderr[-3000:]
+
+
 @pytest.mark.cuda
 @pytest.mark.large
 @requires_cuda
 @pytest.mark.parametrize("shape, dim", [((4, 2**29 + 2), -1),       # row offsets past 2^31
                                         ((2**21 + 3, 1024), -1),    # 2^31 + 3072 elements of short rows
+                                        ((2**17 + 3, 16384), -1),   # long aligned rows (pipelined on sm_90)
                                         ((2**20 + 3, 2048), 0)])    # columns: element offsets past 2^31
 def test_more_than_2_pow_31_elements(shape, dim):
     x = make_input(shape, torch.bfloat16, "cuda")

@@ -43,7 +43,44 @@ struct RowsShape {
   bool aligned;   // 16-byte vector access: x, y and the row length in bytes multiples of 16
   int sms;
   size_t smem_optin;
+  bool pipe;      // the pipelined kernel can run: aligned rows, sm_90+ code for this device
 };
+
+// Pipelined kernel (softmax_pipelined.cuh): 16 KiB ring pieces, as many as the opt-in shared memory holds
+// next to the kernel's static arrays; 512 threads, one block per SM (the ring takes the SM's shared memory).
+// Rows of at least kPipeMinRowBytes take it; shorter rows stay on the row-cached kernels, whose items are too
+// small for a block-wide reduction per item. An item costs a fixed reduction / exchange beside its bytes,
+// counted as kPipeItemOverheadBytes when choosing the chunk count.
+constexpr int kPipePieceBytes = 16 * 1024;
+constexpr int kPipeThreads = 512;
+constexpr int64_t kPipeMinRowBytes = 32 * 1024;
+constexpr int64_t kPipeItemOverheadBytes = 16 * 1024;
+
+int pipe_ring_pieces(size_t smem_optin) {
+  return static_cast<int>(std::min<size_t>(kPipeMaxPieces, (smem_optin - 2048) / kPipePieceBytes));
+}
+
+// Chunks per row for the pipelined kernel: 1 when a row and two more pieces fit the ring (the next row
+// streams in while one is processed); else the count between the fewest whose chunks fit that way and the
+// SM count (a row's chunks must be co-resident) minimizing rounds * (chunk bytes + item overhead), ties to
+// more chunks (a deeper prefetch). 0 when rows are too long for any count.
+template <typename T> int pipe_chunks(const RowsShape& s) {
+  const int64_t row_bytes = s.len * static_cast<int64_t>(sizeof(T));
+  const int64_t max_chunk = int64_t(pipe_ring_pieces(s.smem_optin) - 2) * kPipePieceBytes;
+  if (max_chunk <= 0) return 0;
+  if (row_bytes <= max_chunk) return 1;
+  int best = 0;
+  int64_t best_cost = 0;
+  for (int64_t c = ceil_div(row_bytes, max_chunk); c <= s.sms; ++c) {
+    const int64_t rounds = ceil_div(s.rows, s.sms / c);
+    const int64_t cost = rounds * (ceil_div(row_bytes, c) + kPipeItemOverheadBytes);
+    if (best == 0 || cost <= best_cost) {
+      best = static_cast<int>(c);
+      best_cost = cost;
+    }
+  }
+  return best;
+}
 
 // Streaming chunks: 4 block-steps (64 KiB of fp32), more for rows so long that a row would have over 1024
 // chunks (keeps the partial merges short).
@@ -66,6 +103,8 @@ template <typename T> int stream_steps_per_chunk(int64_t len) {
 //  3. split-row          "auto" softmax/log_softmax beyond that: 256-thread blocks, chunks of a row on several
 //                        blocks (registers + shared memory), one read of DRAM, cooperative persistent grid;
 //  4. streaming          everything left: "safe" 3 passes, "online" 2 passes, logsumexp 1 pass + finalize.
+// Before all of these, on sm_90+: "auto" rows of >= 32 KiB, aligned, take the pipelined kernel (0.), whole
+// rows or split into chunks (pipe_chunks), when a chunk fits its ring.
 // FAE_SOFTMAX_CONFIG (softmax_plan.h) replaces this choice for benchmarks.
 template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const RowsShape& s) {
   using Traits = RowsTraits<T>;
@@ -87,6 +126,17 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
   const int64_t threads = round_up(ceil_div(nv, vpt), 32);
   const bool auto_alg = p.algorithm == SoftmaxAlgorithm::Auto;
   const bool auto_rows = auto_alg && p.output != SoftmaxOutput::LogSumExp;
+
+  // 0. Pipelined (sm_90+, aligned): long rows, "auto", every output.
+  if (auto_alg && s.pipe && s.len * int64_t(sizeof(T)) >= kPipeMinRowBytes) {
+    const int chunks = pipe_chunks<T>(s);
+    if (chunks > 0) {
+      plan.kind = RowsKind::Pipe;
+      plan.threads = kPipeThreads;
+      plan.chunks = chunks;
+      return plan;
+    }
+  }
 
   // 2b. Block-per-row with shared memory: the block size with the most resident threads among those with
   //     >= 2 resident blocks per SM (256 on a tie: finer interleaving of the blocks' phases).
@@ -246,6 +296,37 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
     return;
   }
 
+  if (plan.kind == RowsKind::Pipe) {
+    if (!s.pipe) fail("the pipelined kernel needs 16-byte aligned rows and sm_90 code for this device");
+    if (plan.threads == 0) plan.threads = kPipeThreads;
+    if (plan.threads % 32 != 0 || plan.threads < 32 || plan.threads > kMaxBlockThreads) {
+      fail("threads must be a multiple of 32 in [32, 1024]");
+    }
+    if (plan.chunks == 0) plan.chunks = pipe_chunks<T>(s);
+    if (plan.chunks <= 0) fail("rows too long for the ring at any chunk count");
+    PipeParams<T> pp{x, y, s.rows, s.len, 0, 0, kPipePieceBytes / static_cast<int>(sizeof(T)),
+                     pipe_ring_pieces(s.smem_optin), p.output, nullptr, nullptr, nullptr};
+    pp.chunk_elems = round_up(ceil_div(s.len, plan.chunks), kVec);
+    pp.chunks = static_cast<int>(ceil_div(s.len, pp.chunk_elems));  // rounding may leave fewer chunks
+    if (ceil_div(pp.chunk_elems, pp.piece_elems) > pp.ring_pieces) fail("a chunk does not fit the ring");
+    const int per_sm = pipe_blocks_per_sm<T>(plan.threads, pipe_smem_bytes(pp));
+    if (per_sm < 1) fail("the block cannot be resident");
+    const int64_t capacity = int64_t(per_sm) * s.sms;
+    if (pp.chunks > capacity) fail("more chunks per row than resident blocks");
+    at::Tensor part, counters;
+    if (pp.chunks > 1) {
+      part = partials_workspace<T>(p.x, s.rows * pp.chunks);
+      counters = at::zeros({s.rows}, p.x.options().dtype(at::kInt));
+      pp.part_m = static_cast<acc_t<T>*>(part.data_ptr());
+      pp.part_d = pp.part_m + s.rows * pp.chunks;
+      pp.counters = counters.data_ptr<int>();
+    }
+    // Whole rounds of rows: a multiple of chunks blocks, so a row's chunks run in the same round.
+    const int64_t grid = pp.chunks == 1 ? std::min(s.rows, capacity) : std::min(capacity / pp.chunks, s.rows) * pp.chunks;
+    launch_pipelined_rows<T>(pp, plan.threads, static_cast<int>(grid), stream);
+    return;
+  }
+
   // Streaming.
   if (plan.steps == 0) plan.steps = stream_steps_per_chunk<T>(s.len);
   if (plan.steps < 1) fail("steps must be >= 1");
@@ -283,12 +364,14 @@ template <typename T> void softmax_cuda_typed(const SoftmaxProblem& p, cudaStrea
     return;
   }
   const cudaDeviceProp* prop = at::cuda::getCurrentDeviceProperties();
-  const RowsShape s{p.outer,
+  RowsShape s{p.outer,
                     p.len,
                     ceil_div(p.len, RowsTraits<T>::kVec),
                     aligned16(x) && aligned16(y) && (p.len * static_cast<int64_t>(sizeof(T))) % 16 == 0,
                     prop->multiProcessorCount,
-                    prop->sharedMemPerBlockOptin};
+                    prop->sharedMemPerBlockOptin,
+                    false};
+  s.pipe = s.aligned && pipe_supported<T>();
   const RowsPlan* forced = forced_rows_plan();
   launch_plan<T>(p, s, forced != nullptr ? *forced : heuristic_plan<T>(p, s), stream);
 }

@@ -59,6 +59,26 @@ template <typename T> struct RowsParams {
   int* counters;           // split-row: per-row count of published chunks, zeroed before the launch
 };
 
+// Rows (inner == 1), pipelined kernel (sm_90): items are (row, chunk) pairs, whole rows when chunks == 1.
+// Each persistent block streams its items through a ring of `ring_pieces` shared-memory pieces of
+// `piece_elems` elements, filled by bulk (TMA) copies; an item occupies ceil(chunk length / piece_elems)
+// consecutive pieces. x and y 16-byte aligned, len a multiple of the 16-byte vector.
+constexpr int kPipeMaxPieces = 32;
+template <typename T> struct PipeParams {
+  const T* x;
+  T* y;
+  int64_t rows;
+  int64_t len;
+  int64_t chunk_elems;     // multiple of the vector; (chunks - 1) * chunk_elems < len <= chunks * chunk_elems
+  int chunks;              // blocks per row; > 1: the row's (m, d) is exchanged (exchange_row_state)
+  int piece_elems;         // multiple of the vector
+  int ring_pieces;         // <= kPipeMaxPieces, >= pieces of one item + 1
+  SoftmaxOutput output;
+  acc_t<T>* part_m;        // chunks > 1: per-item partial max ...
+  acc_t<T>* part_d;        // ... and partial sum
+  int* counters;           // chunks > 1: per-row count of published chunks, zeroed before the launch
+};
+
 // Rows that do not fit on chip: separate passes over global memory. Items are (row, chunk) pairs.
 enum class StreamPass : int { Max, SumAtMax, State };
 template <typename T> struct StreamParams {
@@ -93,6 +113,16 @@ template <typename T> void launch_block_rows(const RowsParams<T>& p, int vpt, bo
                                              int grid, cudaStream_t stream);
 // Resident blocks per SM of the block kernel for this configuration (0 when it cannot launch).
 template <typename T> int block_rows_blocks_per_sm(int vpt, bool aligned, int threads, size_t smem_bytes);
+
+// Pipelined kernel: usable only where the kernel was compiled for sm_90 or later (bulk copies,
+// transaction barriers); pipe_supported says so for the current device. Cooperative when chunks > 1.
+template <typename T> bool pipe_supported();
+template <typename T> void launch_pipelined_rows(const PipeParams<T>& p, int threads, int grid, cudaStream_t stream);
+template <typename T> int pipe_blocks_per_sm(int threads, size_t smem_bytes);
+// Dynamic shared memory of the pipelined kernel's ring, in bytes.
+template <typename T> size_t pipe_smem_bytes(const PipeParams<T>& p) {
+  return static_cast<size_t>(p.ring_pieces) * p.piece_elems * sizeof(T);
+}
 
 template <typename T> void launch_stream_reduce(const StreamParams<T>& p, bool aligned, int grid,
                                                 cudaStream_t stream);

@@ -9,16 +9,18 @@
 //   FAE_SOFTMAX_CONFIG="kind=block,vpt=8,threads=256,smem=24"
 //   FAE_SOFTMAX_CONFIG="kind=split,vpt=8,threads=512,smem=8,bpsm=2"
 //   FAE_SOFTMAX_CONFIG="kind=stream,steps=8"
+//   FAE_SOFTMAX_CONFIG="kind=pipe,threads=512,chunks=6"
 // Keys (0 or absent = derived from the shape where a derivation is given):
-//   kind     warp | block | split | stream
+//   kind     warp | block | split | stream | pipe (sm_90+, aligned rows)
 //   lanes    warp: lanes per row, power of two <= 32 (0: fewest that hold the row)
 //   vpt      warp: 16-byte vectors per lane (1, 2, 4, 8 where compiled); block/split: vectors per thread in
 //            registers (RowsTraits' small or large size); "small" / "large" name RowsTraits' sizes of the
 //            call's dtype (fp32 2 / 8, 16-bit 1 / 4, double 1 / 4)
-//   threads  block/split: block size, multiple of 32 (block 0: fewest that hold the row; split 0: 512)
+//   threads  block/split/pipe: block size, multiple of 32 (block 0: fewest that hold the row; split 0: 256;
+//            pipe 0: 512)
 //   smem     block/split: vectors per thread in shared memory (aligned rows only). Absent: block the fewest
 //            that hold the row with the given threads (0 when threads is absent), split 0
-//   chunks   split: blocks per row (0: fewest that hold the row)
+//   chunks   split: blocks per row (0: fewest that hold the row); pipe: blocks per row (0: the heuristic's)
 //   bpsm     warp/block/split: persistent grid of at most bpsm blocks per SM (0: one item per block; split:
 //            as many as are resident)
 //   steps    stream: 256-thread block-steps per chunk (0: the heuristic's)
@@ -28,7 +30,7 @@
 namespace flash_attn_ext {
 namespace softmax {
 
-enum class RowsKind { Warp, Block, Split, Stream };
+enum class RowsKind { Warp, Block, Split, Stream, Pipe };
 
 constexpr int kVptSmall = -1;  // RowsPlan::vpt placeholders for RowsTraits' sizes of the call's dtype
 constexpr int kVptLarge = -2;

@@ -3,6 +3,7 @@
 // kernel for RowsTraits' small and large vectors per thread, each aligned and scalar.
 #include <c10/util/Exception.h>
 
+#include "common/cooperative_launch.h"
 #include "common/cuda_check.h"
 #include "softmax/softmax_rows.cuh"
 
@@ -79,21 +80,8 @@ void launch_block_rows(const RowsParams<T>& p, int vpt, bool aligned, int thread
     FAE_LAUNCH_CHECK();
     return;
   }
-  // Split-row blocks wait for each other: a cooperative launch fails (instead of deadlocking) when the
-  // grid cannot be fully resident. Cooperative launches are expected to be capturable into CUDA graphs
-  // (a kernel node with the cooperative attribute); the graph-capture test on the GPU checks this.
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(grid);
-  config.blockDim = dim3(threads);
-  config.dynamicSmemBytes = smem;
-  config.stream = stream;
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeCooperative;
-  attribute[0].val.cooperative = 1;
-  config.attrs = attribute;
-  config.numAttrs = 1;
-  FAE_CUDA_CHECK(cudaLaunchKernelEx(&config, k, p));
-  FAE_LAUNCH_CHECK();
+  // Split-row blocks wait for each other.
+  launch_cooperative(k, grid, threads, smem, stream, p);
 }
 
 #define FAE_INSTANTIATE_ROWS(T)                                                                              \

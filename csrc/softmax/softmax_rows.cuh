@@ -9,6 +9,7 @@
 //   safe   (online == false): max reduction, then sum reduction of the terms against the row max;
 //   online (online == true):  one reduction of (local max, local sum) states with the merge rule.
 #include "softmax/online_math.cuh"
+#include "softmax/split_exchange.cuh"
 
 namespace flash_attn_ext {
 namespace softmax {
@@ -64,40 +65,6 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? 0 : 3) softmax_wa
       for (int j = 0; j < kVec; ++j) v[s][j] = epi.apply_term(v[s][j]);
     store_group<T, kVpl, kAligned>(p.y + offset, len, 0, lanes, li, v);
   }
-}
-
-// Split-row exchange: publishes this block's (m, d) for its chunk, waits until every chunk of the row has
-// published, then merges the row's partials. Every block of the row merges the same values in the same
-// order, so they all normalize with bitwise-identical statistics. The publish/wait is the grid-sync pattern
-// of cooperative groups: store, __threadfence, atomicAdd (release); volatile spin, __threadfence (acquire);
-// __syncthreads hands the ordering to the rest of the block; partials are read with ld.cg so a stale L1
-// line (a neighbour row's slots) can never be used.
-// Deadlock freedom (the host guarantees chunks <= gridDim.x and a cooperative launch, so all blocks are
-// resident): blocks take items in increasing order and publish before they wait. By induction over rows:
-// once every item of rows < r is done, each block owning an item of row r reaches it (its previous item,
-// at most gridDim.x earlier, lies in an earlier row since chunks <= gridDim.x) and publishes, so the
-// counter of row r reaches `chunks` and every waiter of row r proceeds.
-template <typename T>
-__device__ __forceinline__ OnlineState<acc_t<T>> exchange_row_state(const RowsParams<T>& p, int64_t row,
-                                                                    int64_t item, OnlineState<acc_t<T>> mine,
-                                                                    OnlineState<acc_t<T>>* scratch) {
-  using A = acc_t<T>;
-  if (threadIdx.x == 0) {
-    __stcg(p.part_m + item, mine.m);
-    __stcg(p.part_d + item, mine.d);
-    __threadfence();
-    atomicAdd(p.counters + row, 1);
-    const volatile int* counter = p.counters + row;
-    while (*counter < p.chunks) __nanosleep(32);
-    __threadfence();
-  }
-  __syncthreads();
-  OnlineState<A> acc = empty_state<A>();
-  const int64_t first_item = row * p.chunks;
-  for (int c = threadIdx.x; c < p.chunks; c += blockDim.x) {
-    acc = merge(acc, OnlineState<A>{__ldcg(p.part_m + first_item + c), __ldcg(p.part_d + first_item + c)});
-  }
-  return block_allreduce(acc, MergeOp{}, empty_state<A>(), scratch);
 }
 
 // Block-per-chunk. Grid: persistent-style loop over items = (row, chunk), item = blockIdx.x + i * gridDim.x.
@@ -161,7 +128,9 @@ __global__ void __launch_bounds__(kMaxBlockThreads, 1) softmax_block_rows_kernel
     OnlineState<A> row_state;
     if (online) {
       row_state = block_allreduce(OnlineState<A>{ref, local_sum}, MergeOp{}, empty_state<A>(), s_state);
-      if (p.chunks > 1) row_state = exchange_row_state(p, row, item, row_state, s_state);
+      if (p.chunks > 1) {
+        row_state = exchange_row_state(p.part_m, p.part_d, p.counters, p.chunks, row, item, row_state, s_state);
+      }
     } else {
       row_state = {ref, block_allreduce(local_sum, SumOp{}, A(0), s_val)};
     }

@@ -1,0 +1,79 @@
+// Launcher of the pipelined row kernel (softmax_pipelined.cuh), instantiated per dtype.
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/util/Exception.h>
+
+#include <array>
+#include <utility>
+
+#include "common/cooperative_launch.h"
+#include "common/cuda_check.h"
+#include "softmax/softmax_pipelined.cuh"
+
+namespace flash_attn_ext {
+namespace softmax {
+
+// The kernel body exists only in sm_90+ code; a build without it (say TORCH_CUDA_ARCH_LIST=8.0 running on
+// an H100) has an empty kernel, which must never be chosen. The architecture of the binary the device runs
+// is fixed per device and kernel, so it is looked up once.
+template <typename T> bool pipe_supported() {
+  static std::array<int, 64> binary_version = [] {
+    std::array<int, 64> a;
+    a.fill(-1);
+    return a;
+  }();
+  int device = 0;
+  FAE_CUDA_CHECK(cudaGetDevice(&device));
+  if (device < 0 || device >= static_cast<int>(binary_version.size())) return false;
+  if (binary_version[device] < 0) {
+    cudaFuncAttributes attributes{};
+    FAE_CUDA_CHECK(cudaFuncGetAttributes(&attributes, pipe::softmax_pipelined_rows_kernel<T>));
+    binary_version[device] = attributes.binaryVersion;
+  }
+  return binary_version[device] >= 90;
+}
+
+namespace {
+// Dynamic shared memory above 48 KiB is opted into per kernel, before the occupancy query and the launch
+// (not a stream operation: legal during graph capture).
+template <typename T> void allow_ring(size_t smem) {
+  if (smem > 48 * 1024) {
+    FAE_CUDA_CHECK(cudaFuncSetAttribute(pipe::softmax_pipelined_rows_kernel<T>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  }
+}
+}  // namespace
+
+template <typename T> int pipe_blocks_per_sm(int threads, size_t smem_bytes) {
+  allow_ring<T>(smem_bytes);
+  int blocks = 0;
+  FAE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, pipe::softmax_pipelined_rows_kernel<T>,
+                                                               threads, smem_bytes));
+  return blocks;
+}
+
+template <typename T>
+void launch_pipelined_rows(const PipeParams<T>& p, int threads, int grid, cudaStream_t stream) {
+  auto kernel = pipe::softmax_pipelined_rows_kernel<T>;
+  const size_t smem = pipe_smem_bytes(p);
+  allow_ring<T>(smem);
+  if (p.chunks == 1) {
+    kernel<<<grid, threads, smem, stream>>>(p);
+    FAE_LAUNCH_CHECK();
+    return;
+  }
+  // Blocks of a split row wait for each other.
+  launch_cooperative(kernel, grid, threads, smem, stream, p);
+}
+
+#define FAE_INSTANTIATE_PIPE(T)              \
+  template bool pipe_supported<T>();        \
+  template int pipe_blocks_per_sm<T>(int, size_t); \
+  template void launch_pipelined_rows<T>(const PipeParams<T>&, int, int, cudaStream_t);
+FAE_INSTANTIATE_PIPE(float)
+FAE_INSTANTIATE_PIPE(double)
+FAE_INSTANTIATE_PIPE(__half)
+FAE_INSTANTIATE_PIPE(__nv_bfloat16)
+#undef FAE_INSTANTIATE_PIPE
+
+}  // namespace softmax
+}  // namespace flash_attn_ext

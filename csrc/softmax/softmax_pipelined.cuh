@@ -1,0 +1,194 @@
+#pragma once
+// Pipelined row kernel (sm_90+). Why: the row-cached kernels load an item, reduce it, wait (split rows:
+// for the row's other chunks) and store it, with nothing of the next item in flight meanwhile, so DRAM idles
+// for part of every item (long rows measured 46-83 % of copy bandwidth). Here one thread per block feeds a
+// ring of shared-memory pieces with bulk (TMA) copies, each piece completing on its own transaction barrier,
+// and keeps the ring full: while the block reduces, exchanges and stores item i, the pieces of the next
+// items are already streaming in. Each element is still read from DRAM once and written once.
+#include "softmax/split_exchange.cuh"
+
+namespace flash_attn_ext {
+namespace softmax {
+namespace pipe {
+
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+__device__ __forceinline__ void barrier_init(uint64_t* bar) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(smem_addr(bar)) : "memory");
+}
+// Makes the initialized barriers visible to the bulk-copy (async) proxy.
+__device__ __forceinline__ void barrier_init_fence() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+// Generic-proxy accesses of shared memory before this point are ordered before later bulk copies into it.
+__device__ __forceinline__ void async_proxy_fence() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+// The single arrival of the barrier's phase, announcing `bytes` of copy transactions, then the copy that
+// completes them: the phase flips once all bytes have landed.
+__device__ __forceinline__ void bulk_load(void* dst, const void* src, unsigned bytes, uint64_t* bar) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes)
+               : "memory");
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                   smem_addr(dst)),
+               "l"(src), "r"(bytes), "r"(smem_addr(bar))
+               : "memory");
+}
+__device__ __forceinline__ void barrier_wait(uint64_t* bar, unsigned parity) {
+  unsigned done = 0;
+  while (!done) {
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(smem_addr(bar)), "r"(parity)
+        : "memory");
+  }
+}
+#endif
+
+// Elements [begin, begin + length) of the row that item `item` covers.
+template <typename T> struct ItemSpan {
+  int64_t row;
+  int64_t begin;
+  int length;
+  __device__ __forceinline__ ItemSpan(const PipeParams<T>& p, int64_t item) {
+    row = p.chunks == 1 ? item : item / p.chunks;
+    begin = (item - row * p.chunks) * p.chunk_elems;
+    const int64_t rest = p.len - begin;
+    length = static_cast<int>(rest < p.chunk_elems ? rest : p.chunk_elems);
+  }
+  __device__ __forceinline__ int pieces(int piece_elems) const { return (length + piece_elems - 1) / piece_elems; }
+};
+
+// The producer: thread 0's cursor over this block's items (blockIdx.x + i * gridDim.x) and their pieces.
+template <typename T> struct Producer {
+  int64_t item;
+  int piece;        // next piece of `item`
+  int slot;         // ring slot it goes to
+  int outstanding;  // pieces issued and not yet released by the consumers
+
+  // Issues pieces in order until the ring is full or the block's items are exhausted.
+  __device__ __forceinline__ void fill(const PipeParams<T>& p, int64_t items, uint4* ring, uint64_t* bars) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    constexpr int kVec = 16 / static_cast<int>(sizeof(T));
+    const int piece_vecs = p.piece_elems / kVec;
+    while (outstanding < p.ring_pieces && item < items) {
+      const ItemSpan<T> span(p, item);
+      const int first = piece * p.piece_elems;
+      const int n = min(p.piece_elems, span.length - first);
+      bulk_load(ring + static_cast<int64_t>(slot) * piece_vecs, p.x + span.row * p.len + span.begin + first,
+                static_cast<unsigned>(n) * sizeof(T), bars + slot);
+      if (++slot == p.ring_pieces) slot = 0;
+      ++outstanding;
+      if (first + n >= span.length) {
+        piece = 0;
+        item += gridDim.x;
+      } else {
+        ++piece;
+      }
+    }
+#endif
+  }
+};
+
+// Shape: persistent grid, block b takes items b, b + gridDim.x, ... (the host makes gridDim.x a multiple of
+// chunks, so each round of items holds whole rows and a row's chunks run side by side). Block: any multiple
+// of 32 threads; thread t handles the item's 16-byte vectors t, t + blockDim.x, ... in three passes over the
+// ring (max, sum of exp against the thread's max, normalize and store), one block merge of the threads'
+// (m, d) states and, for split rows, the row exchange. Dynamic shared memory: the ring, ring_pieces *
+// piece_elems elements; an item's pieces are consecutive slots modulo the ring.
+template <typename T>
+__global__ void __launch_bounds__(1024, 1) softmax_pipelined_rows_kernel(const PipeParams<T> p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  using A = acc_t<T>;
+  constexpr int kVec = 16 / static_cast<int>(sizeof(T));
+  extern __shared__ __align__(128) uint4 ring[];
+  __shared__ uint64_t bars[kPipeMaxPieces];
+  __shared__ OnlineState<A> s_state[32];
+  const int t = threadIdx.x;
+  const int nt = blockDim.x;
+  const int piece_vecs = p.piece_elems / kVec;
+  const int ring_vecs = p.ring_pieces * piece_vecs;
+  const int64_t items = p.rows * p.chunks;
+
+  Producer<T> producer{static_cast<int64_t>(blockIdx.x), 0, 0, 0};
+  if (t == 0) {
+    for (int i = 0; i < p.ring_pieces; ++i) barrier_init(bars + i);
+    barrier_init_fence();
+  }
+  __syncthreads();
+  if (t == 0) producer.fill(p, items, ring, bars);
+
+  // Consumer cursor (every thread): ring slot of the current item's first piece and that slot's phase.
+  int slot = 0;
+  unsigned phase = 0;
+  for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
+    const ItemSpan<T> span(p, item);
+    const int pieces = span.pieces(p.piece_elems);
+    const int base = slot * piece_vecs;
+    {
+      int s = slot;
+      unsigned ph = phase;
+      for (int k = 0; k < pieces; ++k) {
+        barrier_wait(bars + s, ph);
+        if (++s == p.ring_pieces) {
+          s = 0;
+          ph ^= 1;
+        }
+      }
+      slot = s;
+      phase = ph;
+    }
+    const int nvec = span.length / kVec;
+    // Vector v of the item sits at ring[(base + v) mod ring_vecs].
+    const auto at = [&](int v) -> const uint4& {
+      const int i = base + v;
+      return ring[i >= ring_vecs ? i - ring_vecs : i];
+    };
+
+    A mx = neg_inf<A>();
+    for (int v = t; v < nvec; v += nt) {
+      A w[1][kVec];
+      VecIO<T>::unpack(at(v), w[0]);
+      mx = amax(mx, max_of(w));
+    }
+    A sum = A(0);
+    for (int v = t; v < nvec; v += nt) {
+      A w[1][kVec];
+      VecIO<T>::unpack(at(v), w[0]);
+      sum += sum_rescaled(w, mx, false);
+    }
+    OnlineState<A> row_state = block_allreduce(OnlineState<A>{mx, sum}, MergeOp{}, empty_state<A>(), s_state);
+    if (p.chunks > 1) {
+      row_state = exchange_row_state(p.part_m, p.part_d, p.counters, p.chunks, span.row, item, row_state, s_state);
+    }
+
+    if (p.output == SoftmaxOutput::LogSumExp) {
+      if (t == 0 && span.begin == 0) p.y[span.row] = from_acc<T>(row_lse(row_state));
+    } else {
+      const Epilogue<A> epi(p.output, row_state, row_state.m);
+      T* y = p.y + span.row * p.len + span.begin;
+      for (int v = t; v < nvec; v += nt) {
+        A w[kVec];
+        VecIO<T>::unpack(at(v), w);
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) w[j] = epi.apply(w[j], row_state.m);
+        store16(y + static_cast<int64_t>(v) * kVec, VecIO<T>::pack(w));
+      }
+    }
+
+    // Every thread is done reading this item's slots; hand them back to the producer.
+    __syncthreads();
+    if (t == 0) {
+      producer.outstanding -= pieces;
+      async_proxy_fence();
+      producer.fill(p, items, ring, bars);
+    }
+  }
+#endif
+}
+
+}  // namespace pipe
+}  // namespace softmax
+}  // namespace flash_attn_ext

@@ -1,0 +1,45 @@
+#pragma once
+// The exchange of a split row: every block holding one chunk of a row publishes its chunk's (m, d) and
+// merges the partials of all the row's chunks. Used by the split-row block kernel (softmax_rows.cuh) and
+// the pipelined kernel (softmax_pipelined.cuh).
+#include "softmax/online_math.cuh"
+
+namespace flash_attn_ext {
+namespace softmax {
+
+// Publishes this block's (m, d) for its chunk (slot `item` = row * chunks + chunk), waits until every chunk
+// of the row has published, then merges the row's partials. Every block of the row merges the same values
+// in the same order, so they all normalize with bitwise-identical statistics. The publish/wait is the
+// grid-sync pattern of cooperative groups: store, __threadfence, atomicAdd (release); volatile spin,
+// __threadfence (acquire); __syncthreads hands the ordering to the rest of the block; partials are read
+// with ld.cg so a stale L1 line (a neighbour row's slots) can never be used.
+// Deadlock freedom (the host guarantees chunks <= gridDim.x and a cooperative launch, so all blocks are
+// resident): blocks take items in increasing order (item = blockIdx.x + i * gridDim.x) and publish before
+// they wait. By induction over rows: once every item of rows < r is done, each block owning an item of row
+// r reaches it (its previous item, at most gridDim.x earlier, lies in an earlier row since chunks <=
+// gridDim.x) and publishes, so the counter of row r reaches `chunks` and every waiter of row r proceeds.
+// Nothing else a block waits for (its own copies) depends on another block.
+template <typename A>
+__device__ __forceinline__ OnlineState<A> exchange_row_state(A* part_m, A* part_d, int* counters, int chunks,
+                                                             int64_t row, int64_t item, OnlineState<A> mine,
+                                                             OnlineState<A>* scratch) {
+  if (threadIdx.x == 0) {
+    __stcg(part_m + item, mine.m);
+    __stcg(part_d + item, mine.d);
+    __threadfence();
+    atomicAdd(counters + row, 1);
+    const volatile int* counter = counters + row;
+    while (*counter < chunks) __nanosleep(32);
+    __threadfence();
+  }
+  __syncthreads();
+  OnlineState<A> acc = empty_state<A>();
+  const int64_t first_item = row * chunks;
+  for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
+    acc = merge(acc, OnlineState<A>{__ldcg(part_m + first_item + c), __ldcg(part_d + first_item + c)});
+  }
+  return block_allreduce(acc, MergeOp{}, empty_state<A>(), scratch);
+}
+
+}  // namespace softmax
+}  // namespace flash_attn_ext

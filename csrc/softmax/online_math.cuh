@@ -76,18 +76,43 @@ template <typename A, int kN, int kM> __device__ __forceinline__ A max_of(const 
   return mx;
 }
 
-// Returns sum rescale(v, ref); with keep != 0 the terms replace v (softmax reuses them in its epilogue, so
-// each element costs one exponential).
-template <typename A, int kN, int kM>
+// exp(x - m) against a row (or thread) max m, replaced by 0 when infinite: then exp(x - 0) gives the
+// results torch gives (+inf rows: d = inf, lse = +inf; rows of -inf: d = 0, lse = -inf; softmax of both is
+// NaN through poison_infinite_max). 16-bit inputs take ex2.approx((x - m) * log2(e)), three instructions
+// instead of expf's ~10: their outputs keep 8 or 11 bits, far coarser than its 2 ulp, and with two bytes per
+// element the arithmetic per byte would otherwise cap the kernel's bandwidth. x - m is formed first, so the
+// argument stays exact near the max even for inputs in the tens of thousands. fp32 and fp64 keep exp_of
+// (see the top of this file).
+template <typename T> constexpr bool kFastExp = sizeof(T) == 2;
+
+template <typename A, bool kFast> struct ShiftedExp {
+  A m;
+  __device__ __forceinline__ explicit ShiftedExp(A max) : m(isinf(max) ? A(0) : max) {}
+  __device__ __forceinline__ A operator()(A x) const {
+    if constexpr (kFast) {
+      float y;
+      asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"((x - m) * 1.4426950408889634f));
+      return y;
+    } else {
+      return exp_of(x - m);
+    }
+  }
+};
+
+// Returns the sum of the terms rescale(v, ref), or with kFast ShiftedExp's exp(v - ref) (exp(v) when ref
+// is infinite: the same results after the finalize rules); with keep != 0 the terms replace v (softmax
+// reuses them in its epilogue, so each element costs one exponential).
+template <bool kFast, typename A, int kN, int kM>
 __device__ __forceinline__ A sum_rescaled(A (&v)[kN][kM], A ref, bool keep) {
+  const ShiftedExp<A, kFast> e(ref);
   A sum = A(0);
 #pragma unroll
   for (int i = 0; i < kN; ++i)
 #pragma unroll
     for (int j = 0; j < kM; ++j) {
-      const A e = rescale(v[i][j], ref);
-      sum += e;
-      if (keep) v[i][j] = e;
+      const A term = kFast ? e(v[i][j]) : rescale(v[i][j], ref);
+      sum += term;
+      if (keep) v[i][j] = term;
     }
   return sum;
 }

@@ -47,12 +47,13 @@ struct RowsShape {
 };
 
 // Pipelined kernel (softmax_pipelined.cuh): 16 KiB ring pieces, as many as the opt-in shared memory holds
-// next to the kernel's static arrays; 512 threads, one block per SM (the ring takes the SM's shared memory).
+// next to the kernel's static arrays; 1024 threads (H100: 10 % faster than 512), one block per SM (the ring
+// takes the SM's shared memory).
 // Rows of at least kPipeMinRowBytes take it; shorter rows stay on the row-cached kernels, whose items are too
 // small for a block-wide reduction per item. An item costs a fixed reduction / exchange beside its bytes,
 // counted as kPipeItemOverheadBytes when choosing the chunk count.
 constexpr int kPipePieceBytes = 16 * 1024;
-constexpr int kPipeThreads = 512;
+constexpr int kPipeThreads = 1024;
 constexpr int64_t kPipeMinRowBytes = 32 * 1024;
 constexpr int64_t kPipeItemOverheadBytes = 16 * 1024;
 

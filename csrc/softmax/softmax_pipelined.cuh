@@ -92,12 +92,25 @@ template <typename T> struct Producer {
   }
 };
 
+// Folds one vector into the thread's state (m, d), d = sum of exp(x - m) as ShiftedExp takes it.
+template <typename T>
+__device__ __forceinline__ void fold_vector(OnlineState<acc_t<T>>& st, const acc_t<T> (&w)[1][16 / sizeof(T)]) {
+  using A = acc_t<T>;
+  const A m = amax(st.m, max_of(w));
+  const ShiftedExp<A, kFastExp<T>> e(m);
+  A d = st.d * rescale(st.m, m);
+#pragma unroll
+  for (int j = 0; j < 16 / static_cast<int>(sizeof(T)); ++j) d += e(w[0][j]);
+  st = {m, d};
+}
+
 // Shape: persistent grid, block b takes items b, b + gridDim.x, ... (the host makes gridDim.x a multiple of
 // chunks, so each round of items holds whole rows and a row's chunks run side by side). Block: any multiple
-// of 32 threads; thread t handles the item's 16-byte vectors t, t + blockDim.x, ... in three passes over the
-// ring (max, sum of exp against the thread's max, normalize and store), one block merge of the threads'
-// (m, d) states and, for split rows, the row exchange. Dynamic shared memory: the ring, ring_pieces *
-// piece_elems elements; an item's pieces are consecutive slots modulo the ring.
+// of 32 threads. Per item: as each piece lands, thread t folds its vectors t, t + blockDim.x, ... of the
+// piece into its (m, d) state, so the reduction runs behind the arrivals; one block merge of the states and,
+// for split rows, the row exchange; then a pass over the item's vectors normalizes and stores. Dynamic shared
+// memory: the ring, ring_pieces * piece_elems elements; an item's pieces are consecutive slots modulo the
+// ring.
 template <typename T>
 __global__ void __launch_bounds__(1024, 1) softmax_pipelined_rows_kernel(const PipeParams<T> p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -126,40 +139,25 @@ __global__ void __launch_bounds__(1024, 1) softmax_pipelined_rows_kernel(const P
   for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
     const ItemSpan<T> span(p, item);
     const int pieces = span.pieces(p.piece_elems);
-    const int base = slot * piece_vecs;
-    {
-      int s = slot;
-      unsigned ph = phase;
-      for (int k = 0; k < pieces; ++k) {
-        barrier_wait(bars + s, ph);
-        if (++s == p.ring_pieces) {
-          s = 0;
-          ph ^= 1;
-        }
-      }
-      slot = s;
-      phase = ph;
-    }
     const int nvec = span.length / kVec;
-    // Vector v of the item sits at ring[(base + v) mod ring_vecs].
-    const auto at = [&](int v) -> const uint4& {
-      const int i = base + v;
-      return ring[i >= ring_vecs ? i - ring_vecs : i];
-    };
+    const int base = slot * piece_vecs;
 
-    A mx = neg_inf<A>();
-    for (int v = t; v < nvec; v += nt) {
-      A w[1][kVec];
-      VecIO<T>::unpack(at(v), w[0]);
-      mx = amax(mx, max_of(w));
+    OnlineState<A> state = empty_state<A>();
+    for (int k = 0; k < pieces; ++k) {
+      barrier_wait(bars + slot, phase);
+      const uint4* piece = ring + slot * piece_vecs;
+      const int n = min(piece_vecs, nvec - k * piece_vecs);
+      for (int j = t; j < n; j += nt) {
+        A w[1][kVec];
+        VecIO<T>::unpack(piece[j], w[0]);
+        fold_vector<T>(state, w);
+      }
+      if (++slot == p.ring_pieces) {
+        slot = 0;
+        phase ^= 1;
+      }
     }
-    A sum = A(0);
-    for (int v = t; v < nvec; v += nt) {
-      A w[1][kVec];
-      VecIO<T>::unpack(at(v), w[0]);
-      sum += sum_rescaled(w, mx, false);
-    }
-    OnlineState<A> row_state = block_allreduce(OnlineState<A>{mx, sum}, MergeOp{}, empty_state<A>(), s_state);
+    OnlineState<A> row_state = block_allreduce(state, MergeOp{}, empty_state<A>(), s_state);
     if (p.chunks > 1) {
       row_state = exchange_row_state(p.part_m, p.part_d, p.counters, p.chunks, span.row, item, row_state, s_state);
     }
@@ -167,13 +165,17 @@ __global__ void __launch_bounds__(1024, 1) softmax_pipelined_rows_kernel(const P
     if (p.output == SoftmaxOutput::LogSumExp) {
       if (t == 0 && span.begin == 0) p.y[span.row] = from_acc<T>(row_lse(row_state));
     } else {
+      // softmax: exp(x - M) * (1 / D); log_softmax: x - (M + log D); both NaN for an infinite M.
       const Epilogue<A> epi(p.output, row_state, row_state.m);
+      const ShiftedExp<A, kFastExp<T>> e(row_state.m);
+      const bool softmax = p.output == SoftmaxOutput::Softmax;
       T* y = p.y + span.row * p.len + span.begin;
       for (int v = t; v < nvec; v += nt) {
+        const int i = base + v;
         A w[kVec];
-        VecIO<T>::unpack(at(v), w);
+        VecIO<T>::unpack(ring[i >= ring_vecs ? i - ring_vecs : i], w);
 #pragma unroll
-        for (int j = 0; j < kVec; ++j) w[j] = epi.apply(w[j], row_state.m);
+        for (int j = 0; j < kVec; ++j) w[j] = epi.apply_term(softmax ? e(w[j]) : w[j]);
         store16(y + static_cast<int64_t>(v) * kVec, VecIO<T>::pack(w));
       }
     }

@@ -46,7 +46,7 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? 0 : 3) softmax_wa
     const A local_max = max_of(v);
     // The terms are taken against the lane's own max (online) or the row max (safe).
     const A ref = p.online ? local_max : warp_allreduce(local_max, MaxOp{}, lanes);
-    const A local_sum = sum_rescaled(v, ref, keep_terms);
+    const A local_sum = sum_rescaled<kAligned && kFastExp<T>>(v, ref, keep_terms);
     OnlineState<A> row_state;
     if (p.online) {
       row_state = warp_allreduce(OnlineState<A>{ref, local_sum}, MergeOp{}, lanes);
@@ -118,12 +118,12 @@ __global__ void __launch_bounds__(kMaxBlockThreads, 1) softmax_block_rows_kernel
     }
 
     const A ref = online ? local_max : block_allreduce(local_max, MaxOp{}, neg_inf<A>(), s_val);
-    A local_sum = sum_rescaled(v, ref, keep_terms);
+    A local_sum = sum_rescaled<kAligned && kFastExp<T>>(v, ref, keep_terms);
     for (int k = 0; k < smem_vecs; ++k) {
       if (first + smem_base + k * smem_stride >= p.len) break;
       A w[1][kVec];
       VecIO<T>::unpack(s_chunk[k * nt + t], w[0]);
-      local_sum += sum_rescaled(w, ref, false);
+      local_sum += sum_rescaled<kFastExp<T>>(w, ref, false);
     }
     OnlineState<A> row_state;
     if (online) {

@@ -68,7 +68,7 @@ __global__ void __launch_bounds__(kStreamThreads) softmax_stream_reduce_kernel(c
       if (p.pass == StreamPass::Max) {
         mx = amax(mx, max_of(v));
       } else if (p.pass == StreamPass::SumAtMax) {
-        sum += sum_rescaled(v, row_max, false);
+        sum += sum_rescaled<kFastExp<T>>(v, row_max, false);
       } else {
         fold(state, v);
       }

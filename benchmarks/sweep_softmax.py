@@ -91,8 +91,8 @@ CANDIDATES = [
     ("kind=split,vpt=small", lambda s, d: _long(s, d) and s[0] < 32),
     # pipelined (sm_90): block size, chunks per row (default: the heuristic's)
     ("kind=pipe", lambda s, d: nvec(s, d) >= 256),
-    ("kind=pipe,threads=256", lambda s, d: nvec(s, d) >= 256),
-    ("kind=pipe,threads=1024", lambda s, d: nvec(s, d) >= 256),
+    ("kind=pipe,threads=128", lambda s, d: nvec(s, d) >= 256),
+    ("kind=pipe,threads=512", lambda s, d: nvec(s, d) >= 256),
     ("kind=pipe,chunks=2", lambda s, d: nvec(s, d) >= 4096),
     ("kind=pipe,chunks=4", lambda s, d: nvec(s, d) >= 4096),
     ("kind=pipe,chunks=132", lambda s, d: s[0] <= 8),

@@ -47,13 +47,13 @@ struct RowsShape {
 };
 
 // Pipelined kernel (softmax_pipelined.cuh): 16 KiB ring pieces, as many as the opt-in shared memory holds
-// next to the kernel's static arrays; 1024 threads (H100: 10 % faster than 512), one block per SM (the ring
-// takes the SM's shared memory).
+// next to the kernel's static arrays; 256 threads, each folding 4 vectors of a 16 KiB piece at once (H100:
+// 1024 threads of one vector each were 1.5x slower), one block per SM (the ring takes its shared memory).
 // Rows of at least kPipeMinRowBytes take it; shorter rows stay on the row-cached kernels, whose items are too
 // small for a block-wide reduction per item. An item costs a fixed reduction / exchange beside its bytes,
 // counted as kPipeItemOverheadBytes when choosing the chunk count.
 constexpr int kPipePieceBytes = 16 * 1024;
-constexpr int kPipeThreads = 1024;
+constexpr int kPipeThreads = 256;
 constexpr int64_t kPipeMinRowBytes = 32 * 1024;
 constexpr int64_t kPipeItemOverheadBytes = 16 * 1024;
 
@@ -300,8 +300,8 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
   if (plan.kind == RowsKind::Pipe) {
     if (!s.pipe) fail("the pipelined kernel needs 16-byte aligned rows and sm_90 code for this device");
     if (plan.threads == 0) plan.threads = kPipeThreads;
-    if (plan.threads % 32 != 0 || plan.threads < 32 || plan.threads > kMaxBlockThreads) {
-      fail("threads must be a multiple of 32 in [32, 1024]");
+    if (plan.threads % 32 != 0 || plan.threads < 32 || plan.threads > kPipeMaxThreads) {
+      fail("threads must be a multiple of 32 in [32, 512]");
     }
     if (plan.chunks == 0) plan.chunks = pipe_chunks<T>(s);
     if (plan.chunks <= 0) fail("rows too long for the ring at any chunk count");

@@ -64,6 +64,8 @@ template <typename T> struct RowsParams {
 // `piece_elems` elements, filled by bulk (TMA) copies; an item occupies ceil(chunk length / piece_elems)
 // consecutive pieces. x and y 16-byte aligned, len a multiple of the 16-byte vector.
 constexpr int kPipeMaxPieces = 32;
+// Block size bound: up to 128 registers per thread, so the groups of fp64 vectors stay out of local memory.
+constexpr int kPipeMaxThreads = 512;
 template <typename T> struct PipeParams {
   const T* x;
   T* y;

@@ -26,11 +26,11 @@ CASES = [
     ((1025, 3), 0), ((2, 4097, 3), 1), ((97, 1, 5), 1), ((6, 1), -1), ((1, 1, 1), 1), ((3, 5, 7, 9), -3),
 ]
 # Long rows and columns that reach the multi-block / split paths of the CUDA kernels. Aligned long rows
-# (lengths a multiple of 8) reach the pipelined kernel on sm_90: whole rows (300 x 16384, more rows than SMs)
-# and rows split over blocks (3 x 1_000_000).
+# (lengths a multiple of 8) reach the pipelined kernel on sm_90: rows split over blocks (3 x 1_000_000) and,
+# in fp32, whole rows (300 x 20000, more rows than SMs).
 CUDA_CASES = [
     ((4, 1_000_003), -1), ((2, 65537), 1), ((3, 200_003, 2), 1), ((1025, 4097), 0), ((8, 3, 300_007), -1),
-    ((300, 16384), -1), ((3, 1_000_000), -1),
+    ((300, 20000), -1), ((3, 1_000_000), -1),
 ]
 
 
@@ -407,21 +407,23 @@ def test_forced_configs_cuda(config):
 @pytest.mark.cuda
 @pytest.mark.large
 @requires_cuda
-@pytest.mark.parametrize("shape, dim", [((4, 2**29 + 2), -1),       # row offsets past 2^31
-                                        ((2**21 + 3, 1024), -1),    # 2^31 + 3072 elements of short rows
-                                        ((2**17 + 3, 16384), -1),   # long aligned rows (pipelined on sm_90)
-                                        ((2**20 + 3, 2048), 0)])    # columns: element offsets past 2^31
-def test_more_than_2_pow_31_elements(shape, dim):
-    x = make_input(shape, torch.bfloat16, "cuda")
+@pytest.mark.parametrize("shape, dim, dtype", [
+    ((4, 2**29 + 2), -1, torch.bfloat16),       # row offsets past 2^31
+    ((2**21 + 3, 1024), -1, torch.bfloat16),    # 2^31 + 3072 elements of short rows
+    ((2**16 + 3, 32768), -1, torch.float32),    # whole fp32 rows of the pipelined kernel (sm_90)
+    ((2**20 + 3, 2048), 0, torch.bfloat16)],    # columns: element offsets past 2^31
+    ids=["rows", "short_rows", "fp32_rows", "columns"])
+def test_more_than_2_pow_31_elements(shape, dim, dtype):
+    x = make_input(shape, dtype, "cuda")
     assert x.numel() > 2**31
     # rows (columns) at both ends, checked on slices; for rows the last one lies entirely past element 2^31
     other = 1 if dim == 0 else 0
     idx = torch.tensor([0, 1, x.shape[other] - 1], device="cuda")
     xs = x.index_select(other, idx)
     for name, ref_fn in (("softmax", softmax_ref), ("log_softmax", log_softmax_ref)):
-        for algorithm in ("safe", "online"):
+        for algorithm in ("safe", "online", "auto"):
             out = getattr(fae, name)(x, dim, algorithm=algorithm).index_select(other, idx)
-            check_against_reference(out, ref_fn(xs, dim), getattr(torch, name)(xs, dim), torch.bfloat16, name)
+            check_against_reference(out, ref_fn(xs, dim), getattr(torch, name)(xs, dim), dtype, name)
             del out
     out = fae.logsumexp(x, dim)[idx]
-    check_against_reference(out, logsumexp_ref(xs, dim), torch.logsumexp(xs, dim), torch.bfloat16, "logsumexp")
+    check_against_reference(out, logsumexp_ref(xs, dim), torch.logsumexp(xs, dim), dtype, "logsumexp")

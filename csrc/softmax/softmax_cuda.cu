@@ -47,15 +47,13 @@ struct RowsShape {
 };
 
 // Pipelined kernel (softmax_pipelined.cuh): 16 KiB ring pieces, as many as the opt-in shared memory holds
-// next to the kernel's static arrays; 256 threads, each folding 4 vectors of a 16 KiB piece at once (H100:
-// 1024 threads of one vector each were 1.5x slower), one block per SM (the ring takes its shared memory).
-// Rows of at least kPipeMinRowBytes take it; shorter rows stay on the row-cached kernels, whose items are too
-// small for a block-wide reduction per item. An item costs a fixed reduction / exchange beside its bytes,
-// counted as kPipeItemOverheadBytes when choosing the chunk count.
+// next to the kernel's static arrays, one block per SM (the ring takes its shared memory), 32 elements per
+// thread per piece (fp32 128 threads, 16-bit 256: the H100 sweep's best; 1024 threads of one vector each
+// were 1.5x slower). An item costs a fixed reduction / exchange beside its bytes, counted as
+// kPipeItemOverheadBytes when choosing the chunk count.
 constexpr int kPipePieceBytes = 16 * 1024;
-constexpr int kPipeThreads = 256;
-constexpr int64_t kPipeMinRowBytes = 32 * 1024;
 constexpr int64_t kPipeItemOverheadBytes = 16 * 1024;
+template <typename T> constexpr int pipe_threads() { return kPipePieceBytes / static_cast<int>(sizeof(T)) / 32; }
 
 int pipe_ring_pieces(size_t smem_optin) {
   return static_cast<int>(std::min<size_t>(kPipeMaxPieces, (smem_optin - 2048) / kPipePieceBytes));
@@ -104,8 +102,8 @@ template <typename T> int stream_steps_per_chunk(int64_t len) {
 //  3. split-row          "auto" softmax/log_softmax beyond that: 256-thread blocks, chunks of a row on several
 //                        blocks (registers + shared memory), one read of DRAM, cooperative persistent grid;
 //  4. streaming          everything left: "safe" 3 passes, "online" 2 passes, logsumexp 1 pass + finalize.
-// Before all of these, on sm_90+: "auto" rows of >= 32 KiB, aligned, take the pipelined kernel (0.), whole
-// rows or split into chunks (pipe_chunks), when a chunk fits its ring.
+// Before all of these, on sm_90+: "auto", aligned rows take the pipelined kernel (0.) where it was measured
+// faster: a few very long rows split into chunks (pipe_chunks), fp32 rows of 16K-48K elements held whole.
 // FAE_SOFTMAX_CONFIG (softmax_plan.h) replaces this choice for benchmarks.
 template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const RowsShape& s) {
   using Traits = RowsTraits<T>;
@@ -128,12 +126,18 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
   const bool auto_alg = p.algorithm == SoftmaxAlgorithm::Auto;
   const bool auto_rows = auto_alg && p.output != SoftmaxOutput::LogSumExp;
 
-  // 0. Pipelined (sm_90+, aligned): long rows, "auto", every output.
-  if (auto_alg && s.pipe && s.len * int64_t(sizeof(T)) >= kPipeMinRowBytes) {
+  // 0. Pipelined (sm_90+, aligned, "auto", every output), where the H100 sweep measured it ahead: a few very
+  //    long rows, each spread over many blocks (bf16 8x4194304: 72 us vs 79 split, fp32 137 vs 149), and
+  //    fp32 rows held whole by one block (fp32 1024x32768: 102 us vs 108 block + shared memory; bf16 rows of
+  //    the same bytes were faster on the block kernel, 56 vs 62 us; 128 and 256 rows of 128K-256K elements
+  //    on the split kernel, 67-120 vs 70-130 us).
+  if (auto_alg && s.pipe && nv > 32 * Traits::kMaxVpt) {
     const int chunks = pipe_chunks<T>(s);
-    if (chunks > 0) {
+    const bool few_long_rows = chunks > 1 && s.rows * 8 <= s.sms;
+    const bool whole_fp32_rows = chunks == 1 && sizeof(T) == 4 && threads > kSplitThreads && s.rows >= s.sms;
+    if (few_long_rows || whole_fp32_rows) {
       plan.kind = RowsKind::Pipe;
-      plan.threads = kPipeThreads;
+      plan.threads = pipe_threads<T>();
       plan.chunks = chunks;
       return plan;
     }
@@ -299,7 +303,7 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
 
   if (plan.kind == RowsKind::Pipe) {
     if (!s.pipe) fail("the pipelined kernel needs 16-byte aligned rows and sm_90 code for this device");
-    if (plan.threads == 0) plan.threads = kPipeThreads;
+    if (plan.threads == 0) plan.threads = pipe_threads<T>();
     if (plan.threads % 32 != 0 || plan.threads < 32 || plan.threads > kPipeMaxThreads) {
       fail("threads must be a multiple of 32 in [32, 512]");
     }

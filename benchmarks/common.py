@@ -282,12 +282,13 @@ def environment(device, fae=None):
         "device_type": device.type,
         "device_name": device_name(device),
         "device_slug": device_slug(device),
-        "git_commit": _git("rev-parse", "HEAD") or os.environ.get("FAE_GIT_COMMIT") or "unknown",
+        # The GPU machine's copy of the tree may carry a stale .git: the commit the caller names wins.
+        "git_commit": os.environ.get("FAE_GIT_COMMIT") or _git("rev-parse", "HEAD") or "unknown",
         "git_dirty": None,
         "source_sha256_16": source_hash(),
         "argv": sys.argv,
     }
-    status = _git("status", "--porcelain", "--untracked-files=no")
+    status = None if os.environ.get("FAE_GIT_COMMIT") else _git("status", "--porcelain", "--untracked-files=no")
     if status is not None:
         env["git_dirty"] = bool(status)
     if device.type == "cuda":

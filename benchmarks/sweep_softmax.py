@@ -96,6 +96,9 @@ CANDIDATES = [
     ("kind=pipe,chunks=2", lambda s, d: nvec(s, d) >= 4096),
     ("kind=pipe,chunks=4", lambda s, d: nvec(s, d) >= 4096),
     ("kind=pipe,chunks=132", lambda s, d: s[0] <= 8),
+    ("kind=pipe,bpsm=2", lambda s, d: nvec(s, d) >= 256),
+    ("kind=pipe,bpsm=2,threads=128", lambda s, d: nvec(s, d) >= 256),
+    ("kind=pipe,bpsm=2,threads=256", lambda s, d: nvec(s, d) >= 256),
     # streaming (multi-pass baseline)
     ("kind=stream", _few_long),
     ("kind=stream,steps=16", _few_long),

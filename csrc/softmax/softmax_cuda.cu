@@ -55,23 +55,25 @@ constexpr int kPipePieceBytes = 16 * 1024;
 constexpr int64_t kPipeItemOverheadBytes = 16 * 1024;
 template <typename T> constexpr int pipe_threads() { return kPipePieceBytes / static_cast<int>(sizeof(T)) / 32; }
 
-int pipe_ring_pieces(size_t smem_optin) {
-  return static_cast<int>(std::min<size_t>(kPipeMaxPieces, (smem_optin - 2048) / kPipePieceBytes));
+// Ring pieces of each of `per_sm` blocks sharing an SM's shared memory.
+int pipe_ring_pieces(size_t smem_optin, int per_sm) {
+  return static_cast<int>(std::min<size_t>(kPipeMaxPieces, (smem_optin / per_sm - 2048) / kPipePieceBytes));
 }
 
 // Chunks per row for the pipelined kernel: 1 when a row and two more pieces fit the ring (the next row
 // streams in while one is processed); else the count between the fewest whose chunks fit that way and the
-// SM count (a row's chunks must be co-resident) minimizing rounds * (chunk bytes + item overhead), ties to
-// more chunks (a deeper prefetch). 0 when rows are too long for any count.
-template <typename T> int pipe_chunks(const RowsShape& s) {
+// resident blocks (a row's chunks must be co-resident) minimizing rounds * (chunk bytes + item overhead),
+// ties to more chunks (a deeper prefetch). 0 when rows are too long for any count.
+template <typename T> int pipe_chunks(const RowsShape& s, int per_sm) {
   const int64_t row_bytes = s.len * static_cast<int64_t>(sizeof(T));
-  const int64_t max_chunk = int64_t(pipe_ring_pieces(s.smem_optin) - 2) * kPipePieceBytes;
+  const int64_t max_chunk = int64_t(pipe_ring_pieces(s.smem_optin, per_sm) - 2) * kPipePieceBytes;
+  const int64_t blocks = int64_t(s.sms) * per_sm;
   if (max_chunk <= 0) return 0;
   if (row_bytes <= max_chunk) return 1;
   int best = 0;
   int64_t best_cost = 0;
-  for (int64_t c = ceil_div(row_bytes, max_chunk); c <= s.sms; ++c) {
-    const int64_t rounds = ceil_div(s.rows, s.sms / c);
+  for (int64_t c = ceil_div(row_bytes, max_chunk); c <= blocks; ++c) {
+    const int64_t rounds = ceil_div(s.rows, blocks / c);
     const int64_t cost = rounds * (ceil_div(row_bytes, c) + kPipeItemOverheadBytes);
     if (best == 0 || cost <= best_cost) {
       best = static_cast<int>(c);
@@ -132,7 +134,7 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
   //    the same bytes were faster on the block kernel, 56 vs 62 us; 128 and 256 rows of 128K-256K elements
   //    on the split kernel, 67-120 vs 70-130 us).
   if (auto_alg && s.pipe && nv > 32 * Traits::kMaxVpt) {
-    const int chunks = pipe_chunks<T>(s);
+    const int chunks = pipe_chunks<T>(s, 1);
     const bool few_long_rows = chunks > 1 && s.rows * 8 <= s.sms;
     const bool whole_fp32_rows = chunks == 1 && sizeof(T) == 4 && threads > kSplitThreads && s.rows >= s.sms;
     if (few_long_rows || whole_fp32_rows) {
@@ -307,16 +309,18 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
     if (plan.threads % 32 != 0 || plan.threads < 32 || plan.threads > kPipeMaxThreads) {
       fail("threads must be a multiple of 32 in [32, 512]");
     }
-    if (plan.chunks == 0) plan.chunks = pipe_chunks<T>(s);
+    const int blocks_per_sm = plan.bpsm > 0 ? plan.bpsm : 1;  // blocks sharing an SM's shared memory
+    if (plan.chunks == 0) plan.chunks = pipe_chunks<T>(s, blocks_per_sm);
     if (plan.chunks <= 0) fail("rows too long for the ring at any chunk count");
     PipeParams<T> pp{x, y, s.rows, s.len, 0, 0, kPipePieceBytes / static_cast<int>(sizeof(T)),
-                     pipe_ring_pieces(s.smem_optin), p.output, nullptr, nullptr, nullptr};
+                     pipe_ring_pieces(s.smem_optin, blocks_per_sm), p.output, nullptr, nullptr, nullptr};
+    if (pp.ring_pieces < 2) fail("bpsm leaves a ring of fewer than 2 pieces");
     pp.chunk_elems = round_up(ceil_div(s.len, plan.chunks), kVec);
     pp.chunks = static_cast<int>(ceil_div(s.len, pp.chunk_elems));  // rounding may leave fewer chunks
     if (ceil_div(pp.chunk_elems, pp.piece_elems) > pp.ring_pieces) fail("a chunk does not fit the ring");
     const int per_sm = pipe_blocks_per_sm<T>(plan.threads, pipe_smem_bytes(pp));
     if (per_sm < 1) fail("the block cannot be resident");
-    const int64_t capacity = int64_t(per_sm) * s.sms;
+    const int64_t capacity = int64_t(std::min(per_sm, blocks_per_sm)) * s.sms;
     if (pp.chunks > capacity) fail("more chunks per row than resident blocks");
     at::Tensor part, counters;
     if (pp.chunks > 1) {

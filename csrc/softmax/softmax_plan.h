@@ -22,7 +22,7 @@
 //            that hold the row with the given threads (0 when threads is absent), split 0
 //   chunks   split: blocks per row (0: fewest that hold the row); pipe: blocks per row (0: the heuristic's)
 //   bpsm     warp/block/split: persistent grid of at most bpsm blocks per SM (0: one item per block; split:
-//            as many as are resident)
+//            as many as are resident); pipe: blocks sharing an SM, each with 1 / bpsm of its ring (0: 1)
 //   steps    stream: 256-thread block-steps per chunk (0: the heuristic's)
 // A forced configuration that is not compiled or does not fit the shape is an error, never a fallback.
 #include <string>

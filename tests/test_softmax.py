@@ -26,11 +26,11 @@ CASES = [
     ((1025, 3), 0), ((2, 4097, 3), 1), ((97, 1, 5), 1), ((6, 1), -1), ((1, 1, 1), 1), ((3, 5, 7, 9), -3),
 ]
 # Long rows and columns that reach the multi-block / split paths of the CUDA kernels. Aligned long rows
-# (lengths a multiple of 8) reach the pipelined kernel on sm_90: rows split over blocks (3 x 1_000_000) and,
-# in fp32, whole rows (300 x 20000, more rows than SMs).
+# (lengths a multiple of 8) reach the pipelined kernel on sm_90: a few rows split over blocks with one block
+# per SM (3 x 1_000_000), rows split with two blocks per SM (20 x 200_000), whole rows (300 x 20000).
 CUDA_CASES = [
     ((4, 1_000_003), -1), ((2, 65537), 1), ((3, 200_003, 2), 1), ((1025, 4097), 0), ((8, 3, 300_007), -1),
-    ((300, 20000), -1), ((3, 1_000_000), -1),
+    ((300, 20000), -1), ((3, 1_000_000), -1), ((20, 200_000), -1),
 ]
 
 
@@ -388,7 +388,8 @@ print("checked")
 
 @pytest.mark.cuda
 @requires_cuda
-@pytest.mark.parametrize("config", ["kind=pipe", "kind=pipe,chunks=3,threads=256", "kind=pipe,chunks=7,threads=512"])
+@pytest.mark.parametrize("config", ["kind=pipe", "kind=pipe,chunks=3,threads=256", "kind=pipe,chunks=7,threads=512",
+                                    "kind=pipe,bpsm=2,chunks=3"])
 def test_forced_configs_cuda(config):
     # FAE_SOFTMAX_CONFIG (the tuning hook) is read once per process: each configuration runs in a child that
     # checks every op, on short and long rows split into the configuration's chunks (or whole rows).

@@ -104,8 +104,8 @@ template <typename T> int stream_steps_per_chunk(int64_t len) {
 //  3. split-row          "auto" softmax/log_softmax beyond that: 256-thread blocks, chunks of a row on several
 //                        blocks (registers + shared memory), one read of DRAM, cooperative persistent grid;
 //  4. streaming          everything left: "safe" 3 passes, "online" 2 passes, logsumexp 1 pass + finalize.
-// Before all of these, on sm_90+: "auto", aligned rows take the pipelined kernel (0.) where it was measured
-// faster: a few very long rows split into chunks (pipe_chunks), fp32 rows of 16K-48K elements held whole.
+// Before 2b and 3, on sm_90+: "auto", aligned rows beyond 512 threads take the pipelined kernel (0.), whole
+// or split into chunks (pipe_chunks), one or two blocks per SM.
 // FAE_SOFTMAX_CONFIG (softmax_plan.h) replaces this choice for benchmarks.
 template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const RowsShape& s) {
   using Traits = RowsTraits<T>;
@@ -128,19 +128,24 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
   const bool auto_alg = p.algorithm == SoftmaxAlgorithm::Auto;
   const bool auto_rows = auto_alg && p.output != SoftmaxOutput::LogSumExp;
 
-  // 0. Pipelined (sm_90+, aligned, "auto", every output), where the H100 sweep measured it ahead: a few very
-  //    long rows, each spread over many blocks (bf16 8x4194304: 72 us vs 79 split, fp32 137 vs 149), and
-  //    fp32 rows held whole by one block (fp32 1024x32768: 102 us vs 108 block + shared memory; bf16 rows of
-  //    the same bytes were faster on the block kernel, 56 vs 62 us; 128 and 256 rows of 128K-256K elements
-  //    on the split kernel, 67-120 vs 70-130 us).
-  if (auto_alg && s.pipe && nv > 32 * Traits::kMaxVpt) {
-    const int chunks = pipe_chunks<T>(s, 1);
-    const bool few_long_rows = chunks > 1 && s.rows * 8 <= s.sms;
-    const bool whole_fp32_rows = chunks == 1 && sizeof(T) == 4 && threads > kSplitThreads && s.rows >= s.sms;
-    if (few_long_rows || whole_fp32_rows) {
+  // 0. Pipelined (sm_90+, aligned, "auto", every output) for rows beyond 512 threads of registers, with the
+  //    ring layout the H100 sweep measured fastest: a few very long rows split over many blocks, one block
+  //    (a full ring) per SM (bf16 8x4194304: 72 us vs 77-79 with two blocks or the split kernel); fp32 rows
+  //    of 16K-48K elements held whole by one block per SM (1024x32768: 102 us vs 108 block kernel, 122 two
+  //    blocks); everything else two blocks per SM, half a ring each, so one block's reduction and exchange
+  //    overlap the other's (bf16 1024x32768 52 us vs 56 block kernel, 128x262144 66 vs 68 split; fp32
+  //    128x262144 120 vs 122 split).
+  if (auto_alg && s.pipe && threads > kSplitThreads) {
+    const int chunks_one = pipe_chunks<T>(s, 1);
+    const bool few_long_rows = chunks_one > 1 && s.rows * 8 <= s.sms;
+    const bool whole_fp32_rows = chunks_one == 1 && sizeof(T) == 4 && s.rows >= s.sms;
+    const int per_sm = few_long_rows || whole_fp32_rows ? 1 : 2;
+    const int chunks = per_sm == 1 ? chunks_one : pipe_chunks<T>(s, 2);
+    if (chunks > 0) {
       plan.kind = RowsKind::Pipe;
       plan.threads = pipe_threads<T>();
       plan.chunks = chunks;
+      plan.bpsm = per_sm;
       return plan;
     }
   }

@@ -389,7 +389,7 @@ print("checked")
 @pytest.mark.cuda
 @requires_cuda
 @pytest.mark.parametrize("config", ["kind=pipe", "kind=pipe,chunks=3,threads=256", "kind=pipe,chunks=7,threads=512",
-                                    "kind=pipe,bpsm=2,chunks=3"])
+                                    "kind=pipe,bpsm=2,chunks=4"])
 def test_forced_configs_cuda(config):
     # FAE_SOFTMAX_CONFIG (the tuning hook) is read once per process: each configuration runs in a child that
     # checks every op, on short and long rows split into the configuration's chunks (or whole rows).

@@ -260,6 +260,19 @@ __device__ __forceinline__ int remaining(int64_t len, int64_t base) {
   return r <= 0 ? 0 : (r >= 0x7fffffff ? 0x7fffffff : static_cast<int>(r));
 }
 
+// Work item `item` of rows cut into `chunks` chunks of chunk_elems elements (item = row * chunks + chunk):
+// its row and its elements [begin, end). Shared by the split-row, streaming and pipelined kernels.
+struct RowChunk {
+  int64_t row;
+  int64_t begin;
+  int64_t end;
+  __device__ __forceinline__ RowChunk(int64_t item, int chunks, int64_t chunk_elems, int64_t len) {
+    row = chunks == 1 ? item : item / chunks;  // whole rows skip a 64-bit division
+    begin = (item - row * chunks) * chunk_elems;
+    end = begin + chunk_elems < len ? begin + chunk_elems : len;
+  }
+};
+
 template <typename T, int kN, bool kAligned>
 __device__ __forceinline__ void load_group(const T* row, int64_t len, int64_t first, int nt, int t,
                                            acc_t<T> (&v)[kN][RowsTraits<T>::kVec]) {

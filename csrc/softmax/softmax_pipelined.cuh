@@ -47,20 +47,6 @@ __device__ __forceinline__ void barrier_wait(uint64_t* bar, unsigned parity) {
 }
 #endif
 
-// Elements [begin, begin + length) of the row that item `item` covers.
-template <typename T> struct ItemSpan {
-  int64_t row;
-  int64_t begin;
-  int length;
-  __device__ __forceinline__ ItemSpan(const PipeParams<T>& p, int64_t item) {
-    row = p.chunks == 1 ? item : item / p.chunks;
-    begin = (item - row * p.chunks) * p.chunk_elems;
-    const int64_t rest = p.len - begin;
-    length = static_cast<int>(rest < p.chunk_elems ? rest : p.chunk_elems);
-  }
-  __device__ __forceinline__ int pieces(int piece_elems) const { return (length + piece_elems - 1) / piece_elems; }
-};
-
 // The producer: thread 0's cursor over this block's items (blockIdx.x + i * gridDim.x) and their pieces.
 template <typename T> struct Producer {
   int64_t item;
@@ -74,14 +60,15 @@ template <typename T> struct Producer {
     constexpr int kVec = 16 / static_cast<int>(sizeof(T));
     const int piece_vecs = p.piece_elems / kVec;
     while (outstanding < p.ring_pieces && item < items) {
-      const ItemSpan<T> span(p, item);
+      const RowChunk span(item, p.chunks, p.chunk_elems, p.len);
+      const int length = static_cast<int>(span.end - span.begin);
       const int first = piece * p.piece_elems;
-      const int n = min(p.piece_elems, span.length - first);
+      const int n = min(p.piece_elems, length - first);
       bulk_load(ring + static_cast<int64_t>(slot) * piece_vecs, p.x + span.row * p.len + span.begin + first,
                 static_cast<unsigned>(n) * sizeof(T), bars + slot);
       if (++slot == p.ring_pieces) slot = 0;
       ++outstanding;
-      if (first + n >= span.length) {
+      if (first + n >= length) {
         piece = 0;
         item += gridDim.x;
       } else {
@@ -160,9 +147,10 @@ __global__ void __launch_bounds__(kPipeMaxThreads, 1) softmax_pipelined_rows_ker
   int slot = 0;
   unsigned phase = 0;
   for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
-    const ItemSpan<T> span(p, item);
-    const int pieces = span.pieces(p.piece_elems);
-    const int nvec = span.length / kVec;
+    const RowChunk span(item, p.chunks, p.chunk_elems, p.len);
+    const int length = static_cast<int>(span.end - span.begin);
+    const int pieces = (length + p.piece_elems - 1) / p.piece_elems;
+    const int nvec = length / kVec;
     const int base = slot * piece_vecs;
 
     OnlineState<A> state = empty_state<A>();

@@ -95,8 +95,8 @@ __global__ void __launch_bounds__(kMaxBlockThreads, 1) softmax_block_rows_kernel
   const int64_t smem_stride = static_cast<int64_t>(nt) * kVec;
 
   for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
-    const int64_t row = p.chunks == 1 ? item : item / p.chunks;  // skips a 64-bit division per row
-    const int64_t first = (item - row * p.chunks) * chunk_elems;
+    const RowChunk chunk(item, p.chunks, chunk_elems, p.len);
+    const int64_t row = chunk.row, first = chunk.begin;
     const T* x = p.x + row * p.len;
 
     // Shared-memory slots first: the async copies stream in while the register slots load.

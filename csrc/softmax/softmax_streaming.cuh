@@ -48,9 +48,8 @@ __global__ void __launch_bounds__(kStreamThreads) softmax_stream_reduce_kernel(c
   const int64_t items = p.rows * p.chunks;
 
   for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
-    const int64_t row = item / p.chunks;
-    const int64_t first = (item - row * p.chunks) * p.chunk_elems;
-    const int64_t last = min(p.len, first + p.chunk_elems);
+    const RowChunk chunk(item, p.chunks, p.chunk_elems, p.len);
+    const int64_t row = chunk.row, first = chunk.begin, last = chunk.end;
     const T* x = p.x + row * p.len;
     A row_max = neg_inf<A>();
     if (p.pass == StreamPass::SumAtMax) {
@@ -103,9 +102,8 @@ __global__ void __launch_bounds__(kStreamThreads) softmax_stream_normalize_kerne
   const int64_t items = p.rows * p.chunks;
 
   for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
-    const int64_t row = item / p.chunks;
-    const int64_t first = (item - row * p.chunks) * p.chunk_elems;
-    const int64_t last = min(p.len, first + p.chunk_elems);
+    const RowChunk chunk(item, p.chunks, p.chunk_elems, p.len);
+    const int64_t row = chunk.row, first = chunk.begin, last = chunk.end;
     const OnlineState<A> row_state = merged_row_partials(p, row, p.online, s_val, s_state);
     const Epilogue<A> epi(p.output, row_state, row_state.m);
     const T* x = p.x + row * p.len;

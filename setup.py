@@ -2,7 +2,8 @@
 
 CUDA sources are compiled whenever a CUDA toolkit and a CUDA-enabled torch are present (no GPU is needed);
 FLASH_ATTN_EXT_FORCE_CPU=1 builds the CPU kernels alone. TORCH_CUDA_ARCH_LIST is respected; with no GPU to
-detect it defaults to sm_80 and sm_90.
+detect it defaults to "8.0;9.0a". The Hopper attention kernel (wgmma) needs the arch-specific target 9.0a:
+a detected 9.0 GPU is built as 9.0a, and an explicit list with 9.0 instead of 9.0a builds without that kernel.
 """
 import glob
 import os
@@ -35,8 +36,17 @@ def _extension():
         return CppExtension("flash_attn_ext._C", _sources("*.cpp"), include_dirs=[os.path.join(ROOT, "csrc")],
                             extra_compile_args={"cxx": cxx},
                             extra_link_args=["-fopenmp"])
-    if "TORCH_CUDA_ARCH_LIST" not in os.environ and not torch.cuda.is_available():
-        os.environ["TORCH_CUDA_ARCH_LIST"] = "8.0;9.0"
+    if "TORCH_CUDA_ARCH_LIST" not in os.environ:
+        if torch.cuda.is_available():
+            caps = sorted({torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())})
+            os.environ["TORCH_CUDA_ARCH_LIST"] = ";".join(
+                "9.0a" if cap == (9, 0) else f"{cap[0]}.{cap[1]}" for cap in caps)
+        else:
+            os.environ["TORCH_CUDA_ARCH_LIST"] = "8.0;9.0a"
+    arch_list = os.environ["TORCH_CUDA_ARCH_LIST"].replace(",", ";").replace(" ", ";").split(";")
+    sm90a = any(a.strip().startswith("9.0a") for a in arch_list)
+    macros = [("FLASH_ATTN_EXT_WITH_CUDA", None)] + ([("FLASH_ATTN_EXT_SM90A", None)] if sm90a else [])
+    defines = [f"-D{name}" for name, _ in macros]
     nvcc = ["-O3", "-std=c++17", "--expt-relaxed-constexpr", "-lineinfo",
             "-U__CUDA_NO_HALF_OPERATORS__", "-U__CUDA_NO_HALF_CONVERSIONS__",
             "-U__CUDA_NO_BFLOAT16_OPERATORS__", "-U__CUDA_NO_BFLOAT16_CONVERSIONS__"]
@@ -44,8 +54,8 @@ def _extension():
         nvcc.append("-Xptxas=-v")
     return CUDAExtension("flash_attn_ext._C", _sources("*.cpp") + _sources("*.cu"),
                          include_dirs=[os.path.join(ROOT, "csrc")],
-                         define_macros=[("FLASH_ATTN_EXT_WITH_CUDA", None)],
-                         extra_compile_args={"cxx": cxx + ["-DFLASH_ATTN_EXT_WITH_CUDA"], "nvcc": nvcc},
+                         define_macros=macros,
+                         extra_compile_args={"cxx": cxx + defines, "nvcc": nvcc + defines},
                          extra_link_args=["-fopenmp"])
 
 

@@ -12,6 +12,7 @@ flash refuses), so a fast but wrong kernel shows.
     python3 benchmarks/bench_attention.py --quick --device cpu
 """
 import argparse
+import contextlib
 import os
 import sys
 import warnings
@@ -31,7 +32,9 @@ except ImportError:  # torch < 2.3
 # (impl name, SDPBackend member); the first that accepts a point is the correctness reference
 PEERS = [("sdpa_flash", "FLASH_ATTENTION"), ("sdpa_cudnn", "CUDNN_ATTENTION"),
          ("sdpa_efficient", "EFFICIENT_ATTENTION")]
-IMPLS = ["fae"] + [name for name, _ in PEERS]
+# fae_sm80: ours with FLASH_ATTN_EXT_ATTENTION_KERNEL=sm80, the mma.sync kernel every non-Hopper GPU runs
+# (the same as fae where there is no second kernel)
+IMPLS = ["fae", "fae_sm80"] + [name for name, _ in PEERS]
 # rel error (||out - ref|| / ||ref||) vs the reference peer above which a point is flagged "!"
 REL_TOL = {"fp32": 1e-3, "fp16": 1e-2, "bf16": 2e-2}
 
@@ -144,6 +147,23 @@ class PeerCalls:
         return out
 
 
+@contextlib.contextmanager
+def _kernel_env(impl):
+    """Forces our fallback kernel for impl fae_sm80 (the op reads the variable at each call)."""
+    name = "FLASH_ATTN_EXT_ATTENTION_KERNEL"
+    old = os.environ.get(name)
+    if impl == "fae_sm80":
+        os.environ[name] = "sm80"
+    try:
+        yield
+    finally:
+        if impl == "fae_sm80":
+            if old is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = old
+
+
 def run_point(pt, q, k, v, fae, timer, impls, gqa_kwarg, copy_gbps):
     """Times each impl on one point; returns the records (one per impl) and whether CUDA broke."""
     causal = pt["causal"]
@@ -158,7 +178,7 @@ def run_point(pt, q, k, v, fae, timer, impls, gqa_kwarg, copy_gbps):
         if broken:
             rec["error"] = "not run: CUDA context broken earlier"
             continue
-        if impl == "fae":
+        if impl.startswith("fae"):
             cands = [("native", lambda: fae.attention(q, k, v, causal=causal))]
         elif SDPBackend is None:
             rec["error"] = "torch.nn.attention.sdpa_kernel is missing in this torch"
@@ -167,7 +187,7 @@ def run_point(pt, q, k, v, fae, timer, impls, gqa_kwarg, copy_gbps):
             cands = peers.candidates(dict(PEERS)[impl])
         for mode, fn in cands:
             try:
-                with warnings.catch_warnings():
+                with warnings.catch_warnings(), _kernel_env(impl):
                     warnings.simplefilter("ignore")
                     outs[impl] = fn()
                     rec["gqa_mode"], rec["error"] = mode, None
@@ -191,7 +211,7 @@ def run_point(pt, q, k, v, fae, timer, impls, gqa_kwarg, copy_gbps):
                 rec["error"] = "not timed (--impls)"
             continue
         try:
-            with warnings.catch_warnings():
+            with warnings.catch_warnings(), _kernel_env(impl):
                 warnings.simplefilter("ignore")
                 rec.update(timer.time(fn))
             t = rec["median_ms"] * 1e-3

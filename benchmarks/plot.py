@@ -20,6 +20,7 @@ import tables  # noqa: E402
 
 STYLE = {  # impl -> (label, color, line width)
     "fae": ("flash_attn_ext", "#d62728", 2.5),
+    "fae_sm80": ("fae mma.sync fallback", "#ff7f0e", 1.2),
     "fae:auto": ("fae auto", "#d62728", 2.5),
     "fae:online": ("fae online", "#ff9896", 1.5),
     "fae:safe": ("fae safe", "#8c564b", 1.5),

@@ -126,18 +126,20 @@ def attention_tables(payload, markdown=False):
     if prefill:
         rows = []
         for k in prefill:
-            ours = by.get(k + ("fae",))
+            ours, fallback = by.get(k + ("fae",)), by.get(k + ("fae_sm80",))
             row = [k[1], k[7], k[5], "y" if k[8] else "n",
-                   common.num(ours["TFLOPs"]) if _ok(ours) else _err(ours)]
+                   common.num(ours["TFLOPs"]) if _ok(ours) else _err(ours),
+                   common.num(fallback["TFLOPs"]) if _ok(fallback) else _err(fallback)]
             peers = [by.get(k + (impl,)) for impl, _ in PEER_SHORT]
             row += [common.num(p["TFLOPs"]) if _ok(p) else _err(p) for p in peers]
             row += [common.fmt(_ratio(ours["TFLOPs"], p["TFLOPs"]), ".2f") if _ok(ours) and _ok(p) else "n/a"
                     for p in peers]
             row.append(_diff(ours))
             rows.append(row)
-        out += ["", "prefill TFLOP/s (B*S = tokens, Hq*D fixed); x = ours / peer; maxdiff = max|ours - SDPA flash|"]
+        out += ["", "prefill TFLOP/s (B*S = tokens, Hq*D fixed); sm80 = our mma.sync fallback kernel; "
+                    "x = ours / peer; maxdiff = max|ours - SDPA flash|"]
         out.append(common.format_table(
-            ["dtype", "D", "S", "causal", "ours", "flash", "cudnn", "eff", "x flash", "x cudnn", "x eff", "maxdiff"],
+            ["dtype", "D", "S", "causal", "ours", "sm80", "flash", "cudnn", "eff", "x flash", "x cudnn", "x eff", "maxdiff"],
             rows, markdown, align=(0, 3)))
 
     decode = [k for k in keys if k[0] == "decode"]

@@ -13,7 +13,7 @@
 # Environment: STAGES (comma list among build,test,bench_softmax,bench_attention,plot; default all),
 # PYTEST_ARGS (extra pytest arguments, shell-quoted), SOFTMAX_ARGS / ATTENTION_ARGS (extra benchmark
 # arguments), GPU_CHECK_BUDGET_S (seconds for the whole script, default 570: stages get what is left and the
-# benchmarks stop early and keep what they measured), MAX_JOBS (16), TORCH_CUDA_ARCH_LIST (9.0),
+# benchmarks stop early and keep what they measured), MAX_JOBS (16), TORCH_CUDA_ARCH_LIST (9.0a),
 # BUILD_MODE (pip: pip install -e ., the default; inplace: setup.py build_ext --inplace, incremental on a warm
 # machine), FAE_GIT_COMMIT (recorded in the JSON: the copy of the tree on the GPU machine has no usable .git,
 # so pass the hash literally; the JSON also records a hash of the sources).
@@ -111,9 +111,9 @@ log "compiler: CXX=${CXX:-default} ($(${CXX:-c++} --version 2>/dev/null | head -
 BUILD_OK=1
 if want build; then
   log "=== build (${BUILD_MODE:-pip}): MAX_JOBS=${MAX_JOBS:-16}" \
-    "TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} (log: build.log)"
+    "TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0a} (log: build.log)"
   : >"$OUT/build.log"
-  export MAX_JOBS=${MAX_JOBS:-16} TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
+  export MAX_JOBS=${MAX_JOBS:-16} TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0a}
   if [[ "${BUILD_MODE:-pip}" == inplace ]]; then  # incremental (build/ is kept while the machine stays warm)
     run_limited "$(left_at_least 60)" "$OUT/build.log" python3 setup.py build_ext --inplace
   else  # pip builds in a fresh temp folder: every call compiles everything

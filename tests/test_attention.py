@@ -7,12 +7,26 @@ import pytest
 import torch
 
 import flash_attn_ext as fae
-from reference import (DEVICES, NO_INDUCTOR_CACHE, attention_ref, merge_ref, poison, rel_err, requires_cuda,
-                       sdpa_baseline)
+from reference import (DEVICES, HAS_CUDA, NO_INDUCTOR_CACHE, attention_ref, merge_ref, poison, rel_err,
+                       requires_cuda, sdpa_baseline)
 
 DTYPES = [torch.float16, torch.bfloat16, torch.float32]
 HEAD_DIMS = [8, 16, 40, 64, 72, 96, 128, 200, 256]
 LAYOUTS = ["bhsd", "bshd", "packed"]
+
+# On compute capability 9.0 (with a build that has sm_90a code) fp16/bf16 run on the wgmma kernel and the
+# mma.sync kernel is the fallback that every other GPU runs: the accuracy grids run CUDA twice there,
+# "cuda" as dispatched and "cuda-sm80" with FLASH_ATTN_EXT_ATTENTION_KERNEL=sm80 forcing the fallback.
+IS_SM90 = HAS_CUDA and torch.cuda.get_device_capability() == (9, 0)
+KERNEL_DEVICES = DEVICES + [pytest.param("cuda-sm80", marks=[
+    pytest.mark.cuda, pytest.mark.skipif(not IS_SM90, reason="only compute capability 9.0 has a second kernel")])]
+
+
+@pytest.fixture(autouse=True)
+def _forced_kernel(request, monkeypatch):
+    callspec = getattr(request.node, "callspec", None)
+    if callspec is not None and callspec.params.get("device") == "cuda-sm80":
+        monkeypatch.setenv("FLASH_ATTN_EXT_ATTENTION_KERNEL", "sm80")
 
 # Bounds. out: fp32 rel err vs fp64 <= FP32_BOUND; fp16/bf16 rel err <= 2 x SDPA's own (same dtype, same
 # device) + LOW_PRECISION_EPS. lse: computed in fp32 from the rounded inputs whatever their dtype, so the
@@ -26,6 +40,8 @@ def make_qkv(b, hq, hk, sq, sk, d, dtype, device, layout="bhsd"):
     """q (b, hq, sq, d), k/v (b, hk, sk, d) in the given memory layout:
     "bhsd" contiguous; "bshd" (b, s, h, d) memory passed as .transpose(1, 2); "packed" slices of one packed
     (b, s, hq + 2 hk, d) qkv tensor (when sq == sk; otherwise q alone and a packed (b, sk, 2 hk, d) kv)."""
+    device = "cuda" if device == "cuda-sm80" else device
+
     def randn(*shape):
         return torch.randn(*shape, device=device).to(dtype)
 
@@ -89,7 +105,7 @@ def _too_big_for_cpu(device, cpu_ok):
 @pytest.mark.parametrize("seqlens", [(97, 97), (7, 200)], ids=lambda s: f"sq{s[0]}-sk{s[1]}")
 @pytest.mark.parametrize("d", HEAD_DIMS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
 def test_head_dims(device, dtype, d, seqlens, causal):
     sq, sk = seqlens
     check_attention(*make_qkv(2, 4, 2, sq, sk, d, dtype, device), causal=causal)
@@ -107,7 +123,7 @@ SEQLENS = [
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("sq, sk, cpu_ok", SEQLENS, ids=[f"sq{s[0]}-sk{s[1]}" for s in SEQLENS])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
 def test_seqlens(device, dtype, sq, sk, cpu_ok, causal):
     if _too_big_for_cpu(device, cpu_ok):
         pytest.skip("CUDA-only size")
@@ -117,7 +133,7 @@ def test_seqlens(device, dtype, sq, sk, cpu_ok, causal):
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("hk", [8, 4, 2, 1], ids=lambda h: f"group{8 // h}")
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
 def test_gqa(device, dtype, hk, causal):
     # Hq = 8: group sizes 1 (MHA), 2, 4, 8 (MQA)
     check_attention(*make_qkv(2, 8, hk, 37, 97, 64, dtype, device), causal=causal)
@@ -127,7 +143,7 @@ def test_gqa(device, dtype, hk, causal):
 @pytest.mark.parametrize("seqlens", [(97, 97), (7, 130)], ids=lambda s: f"sq{s[0]}-sk{s[1]}")
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
 def test_layouts(device, dtype, layout, seqlens, causal):
     sq, sk = seqlens
     q, k, v = make_qkv(2, 4, 2, sq, sk, 64, dtype, device, layout)
@@ -138,7 +154,7 @@ def test_layouts(device, dtype, layout, seqlens, causal):
 
 @pytest.mark.parametrize("scale", [0.05, 0.3, 1.0, 2.5])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
 def test_scale(device, dtype, scale):
     q, k, v = make_qkv(1, 4, 4, 33, 97, 64, dtype, device)
     check_attention(q, k, v, causal=True, scale=scale)
@@ -193,7 +209,7 @@ def test_cpu_isa_variants(isa):
 
 @pytest.mark.parametrize("sq, sk", [(97, 7), (1025, 1), (7, 3), (4, 0), (1, 0)])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
 def test_rows_without_keys(device, dtype, sq, sk):
     # causal with sq > sk: query i < sq - sk sees no key; sk = 0: no row sees a key (causal or not)
     for causal in (True, False):
@@ -541,6 +557,29 @@ def test_cuda_respects_current_stream():
     check_result(out, lse, *good, causal=True)
     torch.testing.assert_close(merged, out)
     torch.testing.assert_close(merged_lse, lse + math.log(2.0))
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not IS_SM90, reason="the wgmma kernel runs on compute capability 9.0 only")
+@pytest.mark.parametrize("forced, kernel", [("auto", "attention_fwd_sm90_kernel<"), ("sm80", "attention_fwd_kernel<")])
+def test_cuda_dispatch_picks_the_hopper_kernel(monkeypatch, forced, kernel):
+    # A build whose TORCH_CUDA_ARCH_LIST lacks 9.0a has no wgmma kernel and fails here on an H100/H200.
+    monkeypatch.setenv("FLASH_ATTN_EXT_ATTENTION_KERNEL", forced)
+    q, k, v = make_qkv(2, 4, 2, 300, 300, 128, torch.bfloat16, "cuda")
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fae.attention(q, k, v)
+        torch.cuda.synchronize()
+    names = [e.name for e in prof.events()]
+    assert any(kernel in n for n in names), f"{kernel} not among {sorted(set(names))}"
+
+
+@pytest.mark.cuda
+@requires_cuda
+def test_cuda_unknown_forced_kernel(monkeypatch):
+    monkeypatch.setenv("FLASH_ATTN_EXT_ATTENTION_KERNEL", "sm70")
+    q, k, v = make_qkv(1, 2, 2, 7, 7, 64, torch.float16, "cuda")
+    with pytest.raises(RuntimeError, match="FLASH_ATTN_EXT_ATTENTION_KERNEL"):
+        fae.attention(q, k, v)
 
 
 @pytest.mark.cuda

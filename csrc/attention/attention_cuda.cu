@@ -9,6 +9,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
 
 #include "attention/attention_fwd_api.h"
@@ -88,6 +90,22 @@ int choose_num_splits(int64_t blocks, int key_tiles, int slots) {
   return 1;
 }
 
+// The Hopper (wgmma) kernel runs when the build has sm_90a code and the device is compute capability 9.0,
+// unless FLASH_ATTN_EXT_ATTENTION_KERNEL=sm80 forces the mma.sync kernel (tests run both). Read per call, so
+// a test or benchmark can switch it in-process.
+bool use_sm90_kernel() {
+  const char* env = std::getenv("FLASH_ATTN_EXT_ATTENTION_KERNEL");
+  const bool forced_sm80 = env != nullptr && std::strcmp(env, "sm80") == 0;
+  TORCH_CHECK(env == nullptr || env[0] == '\0' || forced_sm80 || std::strcmp(env, "auto") == 0,
+              "FLASH_ATTN_EXT_ATTENTION_KERNEL='", env, "' (expected auto or sm80)");
+#if defined(FLASH_ATTN_EXT_SM90A)
+  const cudaDeviceProp* prop = at::cuda::getCurrentDeviceProperties();
+  return !forced_sm80 && prop->major == 9 && prop->minor == 0;
+#else
+  return false;
+#endif
+}
+
 template <typename T, int kHeadDim>
 void run_tensor_core(AttentionParams& p, at::ScalarType dtype, cudaStream_t stream) {
   const AttentionFwdLaunchInfo info = attention_fwd_launch_info<T, kHeadDim>();
@@ -97,7 +115,11 @@ void run_tensor_core(AttentionParams& p, at::ScalarType dtype, cudaStream_t stre
   const int splits = choose_num_splits(m_blocks * p.batch * p.heads_kv, key_tiles,
                                        num_sms * std::max(info.blocks_per_sm, 1));
   if (splits == 1) {
-    run_attention_fwd<T, kHeadDim>(p, stream);
+    if (use_sm90_kernel()) {
+      run_attention_fwd_sm90<T, (kHeadDim + 63) / 64 * 64>(p, stream);  // whole 64-column swizzle atoms
+    } else {
+      run_attention_fwd<T, kHeadDim>(p, stream);
+    }
     return;
   }
   const auto opts = at::TensorOptions().dtype(at::kFloat).device(at::kCUDA, at::cuda::current_device());

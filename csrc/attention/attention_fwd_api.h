@@ -10,6 +10,11 @@ namespace flash_attn_ext {
 template <typename T, int kHeadDim>
 void run_attention_fwd(const AttentionParams& p, cudaStream_t stream);
 
+// Hopper forward (wgmma) for fp16/bf16; only in builds with sm_90a code (FLASH_ATTN_EXT_SM90A), only on
+// compute capability 9.0, only without key splits.
+template <typename T, int kHeadDim>
+void run_attention_fwd_sm90(const AttentionParams& p, cudaStream_t stream);
+
 // What the host heuristics need to know of an instantiation's launch shape.
 struct AttentionFwdLaunchInfo {
   int block_m;        // packed query rows per block

@@ -3,38 +3,12 @@
 #include <cmath>
 
 #include "attention/attention_params.h"
+#include "attention/attention_tile_coords.cuh"
 #include "attention/attention_traits.cuh"
 #include "attention/mma_sm80.cuh"
 
 namespace flash_attn_ext {
 namespace attention_fwd {
-
-constexpr float kLn2 = 0.693147180559945309f;
-
-// Shape: one block per (m block of kBlockM packed query rows, split, batch, kv head); blockIdx.x enumerates
-// them with the m block fastest, so blocks that read the same K/V run side by side and share L2.
-struct BlockCoords {
-  int m_block, split, batch, kv_head;
-};
-
-__device__ __forceinline__ BlockCoords block_coords(const AttentionParams& p, int m_blocks) {
-  long long id = blockIdx.x;
-  BlockCoords c;
-  // Heaviest causal tiles (the last query rows see the most keys) start first, so the tail is short.
-  c.m_block = m_blocks - 1 - static_cast<int>(id % m_blocks);
-  id /= m_blocks;
-  c.split = static_cast<int>(id % p.num_splits);
-  id /= p.num_splits;
-  c.kv_head = static_cast<int>(id % p.heads_kv);
-  c.batch = static_cast<int>(id / p.heads_kv);
-  return c;
-}
-
-// Number of keys packed row `r` may see: Sk, or its bottom-right causal limit (can be <= 0).
-__device__ __forceinline__ int key_limit(const AttentionParams& p, int r) {
-  const int s = r / p.group;
-  return p.causal ? min(p.seqlen_k, s + p.seqlen_k - p.seqlen_q + 1) : p.seqlen_k;
-}
 
 // Copies a (kBlockN x kHeadDim) tile of one K or V head into smem; rows >= `rows_valid` and columns
 // >= head_dim are zero-filled, so they add nothing to Q K^T and multiply zero probabilities in P V.
@@ -125,8 +99,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm) att
           const int row = threadIdx.x / kSlots + i * (Traits::kThreads / kSlots);
           const int r = m0 + row;
           const bool valid = r < p.packed_rows && col < p.head_dim;
-          const T* src = gQ + (int64_t)(bc.kv_head * p.group + r % p.group) * p.q_head_stride +
-                         (int64_t)(r / p.group) * p.q_row_stride + col;
+          const T* src = gQ + packed_row_offset(p, bc.kv_head, r, p.q_head_stride, p.q_row_stride) + col;
           cp_async_16(sQ + row * kStride + col, valid ? src : gQ, valid);
         }
       }
@@ -290,8 +263,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm) att
       const float lse = l == 0.f ? -INFINITY : row_max[mi][h] * kLn2 + logf(l);
       const int r = m0 + warp_row0 + mi * 16 + h * 8 + g;
       if (t == 0 && r < p.packed_rows) {
-        const int64_t head = (int64_t)bc.batch * p.heads_q + bc.kv_head * p.group + r % p.group;
-        const int64_t idx = head * p.seqlen_q + r / p.group;
+        const int64_t idx = lse_index(p, bc.batch, bc.kv_head, r);
         if (p.num_splits > 1) {
           p.lse_accum[(int64_t)bc.split * p.batch * p.heads_q * p.seqlen_q + idx] = lse;
         } else {
@@ -308,9 +280,8 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm) att
       for (int h = 0; h < 2; ++h) {
         const int r = m0 + warp_row0 + mi * 16 + h * 8 + g;
         if (r >= p.packed_rows) continue;
-        const int64_t head = (int64_t)bc.batch * p.heads_q + bc.kv_head * p.group + r % p.group;
         float* dst = p.out_accum +
-                     (((int64_t)bc.split * p.batch * p.heads_q * p.seqlen_q) + head * p.seqlen_q + r / p.group) *
+                     ((int64_t)bc.split * p.batch * p.heads_q * p.seqlen_q + lse_index(p, bc.batch, bc.kv_head, r)) *
                          p.head_dim;
 #pragma unroll
         for (int dt = 0; dt < kDTiles; ++dt) {
@@ -346,8 +317,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm) att
     const int col = (c % Traits::kChunksPerRow) * 8;
     const int r = m0 + row;
     if (r < p.packed_rows && col < p.head_dim) {
-      T* dst = gO + (int64_t)(bc.kv_head * p.group + r % p.group) * p.o_head_stride +
-               (int64_t)(r / p.group) * p.o_row_stride + col;
+      T* dst = gO + packed_row_offset(p, bc.kv_head, r, p.o_head_stride, p.o_row_stride) + col;
       *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(sQ + row * kStride + col);
     }
   }

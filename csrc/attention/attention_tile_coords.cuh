@@ -1,0 +1,51 @@
+#pragma once
+// Where a thread block of a tensor-core attention forward sits in the problem, and which keys a packed
+// query row may see. Shared by the sm80 (mma.sync) and sm90 (wgmma) kernels so both walk the grid, pack
+// GQA heads and apply the causal limit identically.
+#include "attention/attention_params.h"
+
+namespace flash_attn_ext {
+namespace attention_fwd {
+
+constexpr float kLn2 = 0.693147180559945309f;
+
+// Shape: one block per (m block of block_m packed query rows, split, batch, kv head); blockIdx.x enumerates
+// them with the m block fastest, so blocks that read the same K/V run side by side and share L2.
+struct BlockCoords {
+  int m_block, split, batch, kv_head;
+};
+
+__device__ __forceinline__ BlockCoords block_coords(const AttentionParams& p, int m_blocks) {
+  long long id = blockIdx.x;
+  BlockCoords c;
+  // Heaviest causal tiles (the last query rows see the most keys) start first, so the tail is short.
+  c.m_block = m_blocks - 1 - static_cast<int>(id % m_blocks);
+  id /= m_blocks;
+  c.split = static_cast<int>(id % p.num_splits);
+  id /= p.num_splits;
+  c.kv_head = static_cast<int>(id % p.heads_kv);
+  c.batch = static_cast<int>(id / p.heads_kv);
+  return c;
+}
+
+// Number of keys packed row `r` may see: Sk, or its bottom-right causal limit (can be <= 0).
+__device__ __forceinline__ int key_limit(const AttentionParams& p, int r) {
+  const int s = r / p.group;
+  return p.causal ? min(p.seqlen_k, s + p.seqlen_k - p.seqlen_q + 1) : p.seqlen_k;
+}
+
+// Offset (elements) of packed row r of query/output head group `kv_head`: query position r / group of
+// head kv_head * group + r % group, within one batch.
+__device__ __forceinline__ int64_t packed_row_offset(const AttentionParams& p, int kv_head, int r,
+                                                     int64_t head_stride, int64_t row_stride) {
+  return (int64_t)(kv_head * p.group + r % p.group) * head_stride + (int64_t)(r / p.group) * row_stride;
+}
+
+// Index of packed row r in the contiguous (B, Hq, Sq) lse.
+__device__ __forceinline__ int64_t lse_index(const AttentionParams& p, int batch, int kv_head, int r) {
+  const int64_t head = (int64_t)batch * p.heads_q + kv_head * p.group + r % p.group;
+  return head * p.seqlen_q + r / p.group;
+}
+
+}  // namespace attention_fwd
+}  // namespace flash_attn_ext

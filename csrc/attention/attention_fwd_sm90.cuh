@@ -85,13 +85,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) attention_fwd_sm90_kernel
   const int g = lane / 4, t = lane % 4;
   const int wg_row0 = m0 + 64 * wg;
 
-  // Key tiles: the block loads up to the largest causal limit of its rows; each warpgroup computes only
-  // up to its own, and masks only tiles that cross the limit of its first row.
+  // Key tiles: up to the largest causal limit of the block's rows. Both warpgroups run every tile: a wgmma
+  // under a branch the compiler cannot prove warpgroup-uniform gets serialized (ptxas C7520), which costs
+  // far more than the at most one fully masked tile the first warpgroup computes. Each warpgroup masks
+  // only tiles that cross the limit of its first row.
   const int n_end = key_limit(p, min(m0 + kBlockM, p.packed_rows) - 1);
   const int n_tiles = n_end > 0 ? (n_end + kBlockN - 1) / kBlockN : 0;
-  const bool wg_active = wg_row0 < p.packed_rows;
-  const int wg_n_end = wg_active ? key_limit(p, min(wg_row0 + 64, p.packed_rows) - 1) : 0;
-  const int wg_tiles = wg_n_end > 0 ? (wg_n_end + kBlockN - 1) / kBlockN : 0;
   const int wg_unmasked_end = max(key_limit(p, wg_row0), 0);
   const int row0 = wg_row0 + 16 * warp + g;  // this thread's rows: row0 and row0 + 8
   const int limit[2] = {key_limit(p, row0), key_limit(p, row0 + 8)};
@@ -133,95 +132,112 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) attention_fwd_sm90_kernel
     const uint64_t q_desc = sm90::smem_desc_sw128(smem_addr(sQ) + wg * 64 * 128, 16, 1024);
     uint32_t a[Traits::kPSteps][4];  // P_{j-1}: A operand of O += P V, in the mma.sync A layout
 
-    for (int tile = 0; tile <= n_tiles; ++tile) {
-      cp_async_wait<kStages - 2>();  // this thread's copies of K_tile and V_{tile-1} landed
-      sm90::fence_async_proxy();     // ... visible to wgmma
-      __syncthreads();               // everyone's copies landed, and everyone is done with iteration tile - 1
+    // Each step begins the same way: this thread's copies of K_tile and V_{tile-1} landed, made visible to
+    // wgmma, and (barrier) everyone's landed and everyone is done with the previous step; then the copies
+    // for later tiles go out.
+    auto begin_step = [&](int tile) {
+      cp_async_wait<kStages - 2>();
+      sm90::fence_async_proxy();
+      __syncthreads();
       load_k(tile + kStages - 1);
       load_v(tile + kStages - 2);
       cp_async_commit();
-      // Beyond this warpgroup's causal limit only the barriers above run.
-      const bool do_s = tile < wg_tiles, do_pv = tile >= 1 && tile <= wg_tiles;
-      if (!do_s && !do_pv) continue;
+    };
+    auto issue_s = [&](float (&s)[kBlockN / 2], int tile) {  // S = Q K^T
+      const uint64_t k_desc = sm90::smem_desc_sw128(smem_addr(sK + (tile % kStages) * Traits::kTileBytes), 16, 1024);
+#pragma unroll
+      for (int ks = 0; ks < Traits::kKSteps; ++ks) {  // k16 step ks: atom ks / 4, 32 bytes per step inside it
+        sm90::Wgmma<T, kBlockN>::ss(s, sm90::desc_advance(q_desc, (ks / 4) * kBlockM * 128 + (ks % 4) * 32),
+                                    sm90::desc_advance(k_desc, (ks / 4) * kBlockN * 128 + (ks % 4) * 32), ks > 0);
+      }
+      sm90::warpgroup_commit();
+    };
+    auto issue_pv = [&](int tile) {  // O += P V
+      const uint64_t v_desc =
+          sm90::smem_desc_sw128(smem_addr(sV + (tile % kStages) * Traits::kTileBytes), kBlockN * 128, 1024);
+#pragma unroll
+      for (int kk = 0; kk < Traits::kPSteps; ++kk) {
+        sm90::Wgmma<T, kHeadDim>::rs(o, a[kk], sm90::desc_advance(v_desc, kk * 2048), true);  // 16 keys per step
+      }
+      sm90::warpgroup_commit();
+    };
+    // Online softmax of S_tile in log2 units: scale, mask, update the running max and sum, S <- P = exp2;
+    // alpha: the factor O must be rescaled by, once no P V is in flight.
+    auto softmax = [&](float (&s)[kBlockN / 2], int tile, float (&alpha)[2]) {
+      const int n0 = tile * kBlockN;
+      const bool need_mask = n0 + kBlockN > wg_unmasked_end;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < kBlockN / 8; ++j)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            float x = s[4 * j + 2 * h + e] * p.scale_log2;
+            if (need_mask && n0 + 8 * j + 2 * t + e >= limit[h]) x = -INFINITY;
+            s[4 * j + 2 * h + e] = x;
+            mx = fmaxf(mx, x);
+          }
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
+        const float m_new = fmaxf(row_max[h], mx);
+        // A row that has seen only masked keys keeps m = -inf; exponentiate against 0 so that
+        // exp2(-inf - m) is 0 rather than NaN.
+        const float m_use = m_new == -INFINITY ? 0.f : m_new;
+        alpha[h] = fast_exp2(row_max[h] - m_use);
+        row_max[h] = m_new;
+        float sum = 0.f;
+#pragma unroll
+        for (int j = 0; j < kBlockN / 8; ++j)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const float pr = fast_exp2(s[4 * j + 2 * h + e] - m_use);
+            s[4 * j + 2 * h + e] = pr;
+            sum += pr;
+          }
+        row_sum[h] = row_sum[h] * alpha[h] + sum;
+      }
+    };
+    // After the step's MMAs: O *= alpha, and P (fp32 in s) packed into the A operand of the next P V.
+    auto rescale_and_pack = [&](const float (&s)[kBlockN / 2], const float (&alpha)[2]) {
+#pragma unroll
+      for (int j = 0; j < kHeadDim / 8; ++j) {
+        o[4 * j] *= alpha[0];
+        o[4 * j + 1] *= alpha[0];
+        o[4 * j + 2] *= alpha[1];
+        o[4 * j + 3] *= alpha[1];
+      }
+#pragma unroll
+      for (int kk = 0; kk < Traits::kPSteps; ++kk)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) a[kk][e] = pack2<T>(s[8 * kk + 2 * e], s[8 * kk + 2 * e + 1]);
+    };
 
-      float s[kBlockN / 2];
+    {  // step 0: S_0 alone
+      float s[kBlockN / 2], alpha[2];
+      begin_step(0);
       sm90::warpgroup_fence();
-      if (do_s) {  // S = Q K^T
-        const uint64_t k_desc =
-            sm90::smem_desc_sw128(smem_addr(sK + (tile % kStages) * Traits::kTileBytes), 16, 1024);
-#pragma unroll
-        for (int ks = 0; ks < Traits::kKSteps; ++ks) {  // k16 step ks: atom ks / 4, 32 bytes per step inside it
-          sm90::Wgmma<T, kBlockN>::ss(s, sm90::desc_advance(q_desc, (ks / 4) * kBlockM * 128 + (ks % 4) * 32),
-                                      sm90::desc_advance(k_desc, (ks / 4) * kBlockN * 128 + (ks % 4) * 32), ks > 0);
-        }
-        sm90::warpgroup_commit();
-      }
-      if (do_pv) {  // O += P V of the previous tile
-        const uint64_t v_desc = sm90::smem_desc_sw128(
-            smem_addr(sV + ((tile - 1) % kStages) * Traits::kTileBytes), kBlockN * 128, 1024);
-#pragma unroll
-        for (int kk = 0; kk < Traits::kPSteps; ++kk) {
-          sm90::Wgmma<T, kHeadDim>::rs(o, a[kk], sm90::desc_advance(v_desc, kk * 2048), true);  // 16 keys
-        }
-        sm90::warpgroup_commit();
-      }
-
-      float alpha[2];  // rescale of O for the new running max, applied once P V is done
-      if (do_s) {
-        if (do_pv) {
-          sm90::warpgroup_wait<1>();  // S done; P V may still run
-        } else {
-          sm90::warpgroup_wait<0>();
-        }
-        // Online softmax in log2 units: scale, mask, update the running max and sum, P = exp2.
-        const int n0 = tile * kBlockN;
-        const bool need_mask = n0 + kBlockN > wg_unmasked_end;
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          float mx = -INFINITY;
-#pragma unroll
-          for (int j = 0; j < kBlockN / 8; ++j)
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              float x = s[4 * j + 2 * h + e] * p.scale_log2;
-              if (need_mask && n0 + 8 * j + 2 * t + e >= limit[h]) x = -INFINITY;
-              s[4 * j + 2 * h + e] = x;
-              mx = fmaxf(mx, x);
-            }
-          mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
-          mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
-          const float m_new = fmaxf(row_max[h], mx);
-          // A row that has seen only masked keys keeps m = -inf; exponentiate against 0 so that
-          // exp2(-inf - m) is 0 rather than NaN.
-          const float m_use = m_new == -INFINITY ? 0.f : m_new;
-          alpha[h] = fast_exp2(row_max[h] - m_use);
-          row_max[h] = m_new;
-          float sum = 0.f;
-#pragma unroll
-          for (int j = 0; j < kBlockN / 8; ++j)
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const float pr = fast_exp2(s[4 * j + 2 * h + e] - m_use);
-              s[4 * j + 2 * h + e] = pr;
-              sum += pr;
-            }
-          row_sum[h] = row_sum[h] * alpha[h] + sum;
-        }
-      }
+      issue_s(s, 0);
+      sm90::warpgroup_wait<0>();
+      softmax(s, 0, alpha);
+      rescale_and_pack(s, alpha);
+    }
+    for (int tile = 1; tile < n_tiles; ++tile) {  // S_tile, and P V of tile - 1 under its softmax
+      float s[kBlockN / 2], alpha[2];
+      begin_step(tile);
+      sm90::warpgroup_fence();
+      issue_s(s, tile);
+      issue_pv(tile - 1);
+      sm90::warpgroup_wait<1>();  // S done; P V may still run
+      softmax(s, tile, alpha);
       sm90::warpgroup_wait<0>();  // P V done: O and the registers of P are free
-      if (do_s) {
-#pragma unroll
-        for (int j = 0; j < kHeadDim / 8; ++j) {
-          o[4 * j] *= alpha[0];
-          o[4 * j + 1] *= alpha[0];
-          o[4 * j + 2] *= alpha[1];
-          o[4 * j + 3] *= alpha[1];
-        }
-#pragma unroll
-        for (int kk = 0; kk < Traits::kPSteps; ++kk)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) a[kk][e] = pack2<T>(s[8 * kk + 2 * e], s[8 * kk + 2 * e + 1]);
-      }
+      rescale_and_pack(s, alpha);
+    }
+    {  // last step: P V of the last tile
+      begin_step(n_tiles);
+      sm90::warpgroup_fence();
+      issue_pv(n_tiles - 1);
+      sm90::warpgroup_wait<0>();
     }
   }
 

@@ -64,8 +64,9 @@ __device__ __forceinline__ void load_q(unsigned char* smem, const AttentionParam
 }
 
 // Shape: one block of kWarpgroups warpgroups per (m block of kBlockM = 64 kWarpgroups packed query rows, batch,
-// kv head); warpgroup w owns rows 64w..64w+63 and, inside it, warp v rows 16v..16v+15 (thread: rows
-// 16v + lane/4 and + 8, as in the mma.sync C layout). All threads stream K and V tiles through two rings of kStages shared-memory tiles
+// kv head); warpgroup
+// w owns rows 64w..64w+63 and, inside it, warp v rows 16v..16v+15 (thread: rows 16v + lane/4 and + 8, as in
+// the mma.sync C layout). All threads stream K and V tiles through two rings of kStages shared-memory tiles
 // with cp.async; each warpgroup computes S = Q K^T for its rows, the online softmax in registers, and
 // O += P V, overlapping the softmax of one tile with the P V of the previous one.
 template <typename Traits>

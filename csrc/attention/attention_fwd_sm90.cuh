@@ -30,11 +30,10 @@ using attention_fwd::packed_row_offset;
 template <typename Traits, int kRows>
 __device__ __forceinline__ void load_tile(unsigned char* smem, const typename Traits::T* gmem, int64_t row_stride,
                                           int rows_valid, int head_dim) {
-  constexpr int kChunks = kRows * Traits::kChunksPerRow;
+  constexpr int kPerThread = kRows * Traits::kChunksPerRow / Traits::kThreads;
 #pragma unroll
-  for (int it = 0; it < (kChunks + Traits::kThreads - 1) / Traits::kThreads; ++it) {
+  for (int it = 0; it < kPerThread; ++it) {
     const int i = threadIdx.x + it * Traits::kThreads;
-    if (kChunks % Traits::kThreads != 0 && i >= kChunks) break;
     const int row = (i / 8) % kRows;
     const int col = ((i / (8 * kRows)) * 8 + ((i % 8) ^ (row % 8))) * 8;
     const bool valid = row < rows_valid && col < head_dim;
@@ -49,11 +48,9 @@ __device__ __forceinline__ void load_q(unsigned char* smem, const AttentionParam
   using T = typename Traits::T;
   constexpr int kRows = Traits::kBlockM;
   const T* gQ = static_cast<const T*>(p.q) + bc.batch * p.q_batch_stride;
-  constexpr int kChunks = kRows * Traits::kChunksPerRow;
 #pragma unroll
-  for (int it = 0; it < (kChunks + Traits::kThreads - 1) / Traits::kThreads; ++it) {
+  for (int it = 0; it < kRows * Traits::kChunksPerRow / Traits::kThreads; ++it) {
     const int i = threadIdx.x + it * Traits::kThreads;
-    if (kChunks % Traits::kThreads != 0 && i >= kChunks) break;
     const int row = (i / 8) % kRows;
     const int col = ((i / (8 * kRows)) * 8 + ((i % 8) ^ (row % 8))) * 8;
     const int r = m0 + row;
@@ -63,8 +60,7 @@ __device__ __forceinline__ void load_q(unsigned char* smem, const AttentionParam
   }
 }
 
-// Shape: one block of kWarpgroups warpgroups per (m block of kBlockM = 64 kWarpgroups packed query rows, batch,
-// kv head); warpgroup
+// Shape: one block of 2 warpgroups per (m block of kBlockM = 128 packed query rows, batch, kv head); warpgroup
 // w owns rows 64w..64w+63 and, inside it, warp v rows 16v..16v+15 (thread: rows 16v + lane/4 and + 8, as in
 // the mma.sync C layout). All threads stream K and V tiles through two rings of kStages shared-memory tiles
 // with cp.async; each warpgroup computes S = Q K^T for its rows, the online softmax in registers, and

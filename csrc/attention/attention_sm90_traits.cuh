@@ -29,20 +29,19 @@ struct AttentionFwdSm90Traits {
   static_assert(kHeadDim % 64 == 0 && kHeadDim <= 256, "head-dim tile: whole swizzle atoms, at most 256");
   static_assert(kBlockN == 64 || kBlockN == 128, "S = Q K^T is generated for N = 64 and 128");
   static_assert(kStages >= 2, "K_{j+1} loads while K_j is used");
+  static_assert((kBlockN * kChunksPerRow) % kThreads == 0 && (kBlockM * kChunksPerRow) % kThreads == 0,
+                "tiles split evenly over the threads");
   static_assert(kSmemBytes <= 227 * 1024, "must fit the 227 KB of shared memory of sm90");
 };
 
-// Warpgroups of 64 query rows share every K/V tile: three for head dim 64 (its tiles are short, so more
-// warps keep the exponentials and the MMAs overlapped; S, O and P fit the 168 registers of 384 threads),
-// two above. 128-key tiles up to head dim 128 (S and O take 64 + kHeadDim / 2 accumulator registers),
-// 64-key tiles above it. Three stages per ring where shared memory allows.
+// Two warpgroups (128 query rows) share every K/V tile. 128-key tiles up to head dim 128 (S and O take 64 +
+// kHeadDim / 2 accumulator registers), 64-key tiles above it. Three stages where shared memory allows.
 template <typename T, int kHeadDim>
 struct AttentionFwdSm90Config {
-  static constexpr int kWarpgroups = kHeadDim <= 64 ? 3 : 2;
   static constexpr int kBlockN = kHeadDim <= 128 ? 128 : 64;
-  static constexpr bool kThreeFit = (64 * kWarpgroups + 6 * kBlockN) * kHeadDim * 2 + 1024 <= 227 * 1024;
+  static constexpr bool kThreeFit = (128 + 6 * kBlockN) * kHeadDim * 2 + 1024 <= 227 * 1024;
   static constexpr int kStages = kThreeFit ? 3 : 2;
-  using Traits = AttentionFwdSm90Traits<T, kHeadDim, kBlockN, kWarpgroups, kStages>;
+  using Traits = AttentionFwdSm90Traits<T, kHeadDim, kBlockN, 2, kStages>;
 };
 
 }  // namespace flash_attn_ext

@@ -165,62 +165,41 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) attention_fwd_sm90_kernel
     // alpha: the factor O must be rescaled by, once no P V is in flight. With a positive scale (always, unless
     // the caller passes scale <= 0) the max is taken over raw scores and scaled once per row, and
     // P = exp2(s * scale_log2 - m) is one FFMA per score instead of a multiply and a subtract.
-    // The row max and the row sum are each kept as kPartials partials, and a thread's two rows interleaved:
-    // 2 x kPartials independent chains of kBlockN / 16 instructions instead of one chain of kBlockN / 4 per
-    // row. With two warps per scheduler, instruction latency, not issue, bounds the softmax.
     auto softmax_impl = [&](float (&s)[kBlockN / 2], int tile, float (&alpha)[2], const bool kRaw) {
-      constexpr int kPartials = 4;
       const int n0 = tile * kBlockN;
       const bool need_mask = n0 + kBlockN > wg_unmasked_end;
       const float c = p.scale_log2;
-      float mx[2][kPartials];
 #pragma unroll
-      for (int h = 0; h < 2; ++h)
+      for (int h = 0; h < 2; ++h) {
+        float mx = -INFINITY;
 #pragma unroll
-        for (int q = 0; q < kPartials; ++q) mx[h][q] = -INFINITY;
-#pragma unroll
-      for (int j = 0; j < kBlockN / 8; ++j)
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
+        for (int j = 0; j < kBlockN / 8; ++j)
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
             float x = kRaw ? s[4 * j + 2 * h + e] : s[4 * j + 2 * h + e] * c;
             if (need_mask && n0 + 8 * j + 2 * t + e >= limit[h]) x = -INFINITY;
             s[4 * j + 2 * h + e] = x;
-            mx[h][(2 * j + e) % kPartials] = fmaxf(mx[h][(2 * j + e) % kPartials], x);
+            mx = fmaxf(mx, x);
           }
-      float m_use[2];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        float m = fmaxf(fmaxf(mx[h][0], mx[h][1]), fmaxf(mx[h][2], mx[h][3]));
-        m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, 1));
-        m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, 2));
-        const float m_new = fmaxf(row_max[h], kRaw ? m * c : m);
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
+        const float m_new = fmaxf(row_max[h], kRaw ? mx * c : mx);
         // A row that has seen only masked keys keeps m = -inf; exponentiate against 0 so that
         // exp2(-inf - m) is 0 rather than NaN.
-        m_use[h] = m_new == -INFINITY ? 0.f : m_new;
-        alpha[h] = fast_exp2(row_max[h] - m_use[h]);
+        const float m_use = m_new == -INFINITY ? 0.f : m_new;
+        alpha[h] = fast_exp2(row_max[h] - m_use);
         row_max[h] = m_new;
-      }
-      float sum[2][kPartials];
+        float sum = 0.f;
 #pragma unroll
-      for (int h = 0; h < 2; ++h)
-#pragma unroll
-        for (int q = 0; q < kPartials; ++q) sum[h][q] = 0.f;
-#pragma unroll
-      for (int j = 0; j < kBlockN / 8; ++j)
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
+        for (int j = 0; j < kBlockN / 8; ++j)
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
             const float x = s[4 * j + 2 * h + e];
-            const float pr = fast_exp2(kRaw ? fmaf(x, c, -m_use[h]) : x - m_use[h]);
+            const float pr = fast_exp2(kRaw ? fmaf(x, c, -m_use) : x - m_use);
             s[4 * j + 2 * h + e] = pr;
-            sum[h][(2 * j + e) % kPartials] += pr;
+            sum += pr;
           }
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        row_sum[h] = row_sum[h] * alpha[h] + ((sum[h][0] + sum[h][1]) + (sum[h][2] + sum[h][3]));
+        row_sum[h] = row_sum[h] * alpha[h] + sum;
       }
     };
     auto softmax = [&](float (&s)[kBlockN / 2], int tile, float (&alpha)[2]) {

@@ -161,14 +161,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) attention_fwd_sm90_kernel
       }
       sm90::warpgroup_commit();
     };
-    // Online softmax of S_tile in log2 units: mask, update the running max and sum, S <- P = exp2;
-    // alpha: the factor O must be rescaled by, once no P V is in flight. With a positive scale (always, unless
-    // the caller passes scale <= 0) the max is taken over raw scores and scaled once per row, and
-    // P = exp2(s * scale_log2 - m) is one FFMA per score instead of a multiply and a subtract.
-    auto softmax_impl = [&](float (&s)[kBlockN / 2], int tile, float (&alpha)[2], const bool kRaw) {
+    // Online softmax of S_tile in log2 units: scale, mask, update the running max and sum, S <- P = exp2;
+    // alpha: the factor O must be rescaled by, once no P V is in flight.
+    auto softmax = [&](float (&s)[kBlockN / 2], int tile, float (&alpha)[2]) {
       const int n0 = tile * kBlockN;
       const bool need_mask = n0 + kBlockN > wg_unmasked_end;
-      const float c = p.scale_log2;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         float mx = -INFINITY;
@@ -176,14 +173,14 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) attention_fwd_sm90_kernel
         for (int j = 0; j < kBlockN / 8; ++j)
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
-            float x = kRaw ? s[4 * j + 2 * h + e] : s[4 * j + 2 * h + e] * c;
+            float x = s[4 * j + 2 * h + e] * p.scale_log2;
             if (need_mask && n0 + 8 * j + 2 * t + e >= limit[h]) x = -INFINITY;
             s[4 * j + 2 * h + e] = x;
             mx = fmaxf(mx, x);
           }
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
-        const float m_new = fmaxf(row_max[h], kRaw ? mx * c : mx);
+        const float m_new = fmaxf(row_max[h], mx);
         // A row that has seen only masked keys keeps m = -inf; exponentiate against 0 so that
         // exp2(-inf - m) is 0 rather than NaN.
         const float m_use = m_new == -INFINITY ? 0.f : m_new;
@@ -194,19 +191,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) attention_fwd_sm90_kernel
         for (int j = 0; j < kBlockN / 8; ++j)
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
-            const float x = s[4 * j + 2 * h + e];
-            const float pr = fast_exp2(kRaw ? fmaf(x, c, -m_use) : x - m_use);
+            const float pr = fast_exp2(s[4 * j + 2 * h + e] - m_use);
             s[4 * j + 2 * h + e] = pr;
             sum += pr;
           }
         row_sum[h] = row_sum[h] * alpha[h] + sum;
-      }
-    };
-    auto softmax = [&](float (&s)[kBlockN / 2], int tile, float (&alpha)[2]) {
-      if (p.scale_log2 > 0.f) {
-        softmax_impl(s, tile, alpha, true);  // inlined twice, each with a constant kRaw
-      } else {
-        softmax_impl(s, tile, alpha, false);
       }
     };
     // After the step's MMAs: O *= alpha, and P (fp32 in s) packed into the A operand of the next P V.

@@ -152,6 +152,17 @@ def test_layouts(device, dtype, layout, seqlens, causal):
     check_attention(q, k, v, causal=causal)
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
+def test_broadcast_kv_heads(device, dtype):
+    # K/V heads broadcast with stride 0 (expand): no copy is made, and the Hopper kernel's bulk tensor copies
+    # cannot walk a zero stride, so this takes the fallback path there
+    q, k, v = make_qkv(2, 8, 1, 77, 200, 64, dtype, device)
+    k, v = k.expand(2, 4, 200, 64), v.expand(2, 4, 200, 64)
+    assert k.stride(1) == 0
+    check_attention(q, k, v, causal=True)
+
+
 @pytest.mark.parametrize("scale", [0.05, 0.3, 1.0, 2.5])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("device", KERNEL_DEVICES)

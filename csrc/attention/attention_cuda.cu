@@ -115,9 +115,8 @@ void run_tensor_core(AttentionParams& p, at::ScalarType dtype, cudaStream_t stre
   const int splits = choose_num_splits(m_blocks * p.batch * p.heads_kv, key_tiles,
                                        num_sms * std::max(info.blocks_per_sm, 1));
   if (splits == 1) {
-    if (use_sm90_kernel()) {
-      run_attention_fwd_sm90<T, (kHeadDim + 63) / 64 * 64>(p, stream);  // whole 64-column swizzle atoms
-    } else {
+    // Head dims padded to whole 64-column swizzle atoms on the Hopper kernel.
+    if (!(use_sm90_kernel() && run_attention_fwd_sm90<T, (kHeadDim + 63) / 64 * 64>(p, stream))) {
       run_attention_fwd<T, kHeadDim>(p, stream);
     }
     return;

@@ -10,10 +10,11 @@ namespace flash_attn_ext {
 template <typename T, int kHeadDim>
 void run_attention_fwd(const AttentionParams& p, cudaStream_t stream);
 
-// Hopper forward (wgmma) for fp16/bf16; only in builds with sm_90a code (FLASH_ATTN_EXT_SM90A), only on
-// compute capability 9.0, only without key splits.
+// Hopper forward (wgmma, K/V by bulk tensor copies) for fp16/bf16; only in builds with sm_90a code
+// (FLASH_ATTN_EXT_SM90A), only on compute capability 9.0, only without key splits. Returns false, launching
+// nothing, when the copy engine cannot describe K or V (strides not multiples of 16 bytes, broadcast heads).
 template <typename T, int kHeadDim>
-void run_attention_fwd_sm90(const AttentionParams& p, cudaStream_t stream);
+bool run_attention_fwd_sm90(const AttentionParams& p, cudaStream_t stream);
 
 // What the host heuristics need to know of an instantiation's launch shape.
 struct AttentionFwdLaunchInfo {

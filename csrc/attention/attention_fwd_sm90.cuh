@@ -4,6 +4,8 @@
 // is the MMA: each warpgroup issues m64 x kBlockN x 16 (S = Q K^T, both operands from shared memory) and
 // m64 x kHeadDim x 16 (O += P V, P from registers) instructions, which read their operands straight from
 // shared memory instead of through ldmatrix into every warp.
+#include <cuda.h>
+
 #include <cmath>
 
 #include "attention/attention_params.h"
@@ -12,6 +14,7 @@
 #include "attention/mma_sm80.cuh"
 #include "attention/wgmma_sm90.cuh"
 #include "attention/wgmma_sm90_ops.cuh"
+#include "common/mbarrier.cuh"
 
 namespace flash_attn_ext {
 namespace attention_fwd_sm90 {
@@ -22,51 +25,52 @@ using attention_fwd::key_limit;
 using attention_fwd::lse_index;
 using attention_fwd::packed_row_offset;
 
-// Copies kRows rows of a row-major matrix (unit column stride) into the 128-byte-swizzled layout of
-// wgmma_sm90.cuh. Rows >= rows_valid and columns >= head_dim are zero-filled: zero keys add nothing to
-// Q K^T (and are masked), zero values multiply zero probabilities. Thread i writes smem bytes 16 i, i.e.
-// atom i / (8 kRows), row (i / 8) % kRows, position i % 8, which holds chunk (i % 8) ^ (row % 8) of that
-// atom; a warp reads 4 whole 128-byte row segments.
-template <typename Traits, int kRows>
-__device__ __forceinline__ void load_tile(unsigned char* smem, const typename Traits::T* gmem, int64_t row_stride,
-                                          int rows_valid, int head_dim) {
-  constexpr int kPerThread = kRows * Traits::kChunksPerRow / Traits::kThreads;
-#pragma unroll
-  for (int it = 0; it < kPerThread; ++it) {
-    const int i = threadIdx.x + it * Traits::kThreads;
-    const int row = (i / 8) % kRows;
-    const int col = ((i / (8 * kRows)) * 8 + ((i % 8) ^ (row % 8))) * 8;
-    const bool valid = row < rows_valid && col < head_dim;
-    cp_async_16(smem + i * 16, valid ? gmem + row * row_stride + col : gmem, valid);
-  }
+// One bulk tensor copy (TMA) of a box of 64 columns x rows of K or V, head (kv_head, batch), starting at
+// (col, row), into one swizzle atom; completes on `bar` with the box's bytes (rows past Sk and columns past
+// the head dim arrive as zeros).
+__device__ __forceinline__ void tma_load_box(void* smem_dst, const CUtensorMap* map, uint64_t* bar, int col, int row,
+                                             int head, int batch) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, "
+      "%6}], [%2];\n" ::"r"(smem_u32(smem_dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(col), "r"(row), "r"(head), "r"(batch)
+      : "memory");
 }
 
-// Q rows are packed (row r = query r / group of head kv_head * group + r % group), so each chunk has its
-// own address; same smem order as load_tile.
+// A consumer warpgroup's 64 rows of Q (packed: row r = query r / group of head kv_head * group + r % group,
+// so each chunk has its own address), by cp.async from its 128 threads, into the 128-byte-swizzled layout of
+// wgmma_sm90.cuh: thread i writes the chunk at position i % 8 of row (i / 8) % 64 of atom i / 512, which
+// holds chunk (i % 8) ^ (row % 8) of that atom (a warp reads 4 whole 128-byte row segments). Rows past the
+// end and columns past the head dim are zero-filled.
 template <typename Traits>
-__device__ __forceinline__ void load_q(unsigned char* smem, const AttentionParams& p, const BlockCoords& bc, int m0) {
+__device__ __forceinline__ void load_q_rows(unsigned char* sQ, const AttentionParams& p, const BlockCoords& bc,
+                                            int wg_row0, int wg_smem_row0, int wg_thread) {
   using T = typename Traits::T;
-  constexpr int kRows = Traits::kBlockM;
   const T* gQ = static_cast<const T*>(p.q) + bc.batch * p.q_batch_stride;
 #pragma unroll
-  for (int it = 0; it < kRows * Traits::kChunksPerRow / Traits::kThreads; ++it) {
-    const int i = threadIdx.x + it * Traits::kThreads;
-    const int row = (i / 8) % kRows;
-    const int col = ((i / (8 * kRows)) * 8 + ((i % 8) ^ (row % 8))) * 8;
-    const int r = m0 + row;
+  for (int it = 0; it < 64 * Traits::kChunksPerRow / 128; ++it) {
+    const int i = wg_thread + it * 128;
+    const int atom = i / 512, row = (i / 8) % 64, pos = i % 8;
+    const int col = (atom * 8 + (pos ^ (row % 8))) * 8;
+    const int r = wg_row0 + row;
     const bool valid = r < p.packed_rows && col < p.head_dim;
     const T* src = valid ? gQ + packed_row_offset(p, bc.kv_head, r, p.q_head_stride, p.q_row_stride) + col : gQ;
-    cp_async_16(smem + i * 16, src, valid);
+    cp_async_16(sQ + atom * Traits::kBlockM * 128 + (wg_smem_row0 + row) * 128 + pos * 16, src, valid);
   }
 }
 
-// Shape: one block of 2 warpgroups per (m block of kBlockM = 128 packed query rows, batch, kv head); warpgroup
-// w owns rows 64w..64w+63 and, inside it, warp v rows 16v..16v+15 (thread: rows 16v + lane/4 and + 8, as in
-// the mma.sync C layout). All threads stream K and V tiles through two rings of kStages shared-memory tiles
-// with cp.async; each warpgroup computes S = Q K^T for its rows, the online softmax in registers, and
-// O += P V, overlapping the softmax of one tile with the P V of the previous one.
+// Shape: one block of 3 warpgroups per (m block of kBlockM = 128 packed query rows, batch, kv head).
+// Warpgroup 0 is the producer: one thread streams K and V tiles into two rings of kStages shared-memory tiles
+// by bulk tensor copies (TMA), each stage with a "full" barrier (copies landed) and an "empty" barrier (both
+// consumers done with it). Warpgroups 1 and 2 are the consumers: warpgroup 1 + w owns rows 64w..64w+63 and,
+// inside it, warp v rows 16v..16v+15 (thread: rows 16v + lane/4 and + 8, as in the mma.sync C layout); each
+// computes S = Q K^T for its rows, the online softmax in registers, and O += P V, overlapping the softmax of
+// one tile with the P V of the previous one. The consumers never meet at a barrier, so one's softmax can run
+// under the other's MMAs.
 template <typename Traits>
-__global__ void __launch_bounds__(Traits::kThreads, 1) attention_fwd_sm90_kernel(const AttentionParams p) {
+__global__ void __launch_bounds__(Traits::kThreads, 1)
+    attention_fwd_sm90_kernel(const AttentionParams p, const __grid_constant__ CUtensorMap k_map,
+                              const __grid_constant__ CUtensorMap v_map) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using T = typename Traits::T;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
@@ -77,72 +81,84 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) attention_fwd_sm90_kernel
   unsigned char* sQ = smem;                                   // (kBlockM, kHeadDim)
   unsigned char* sK = sQ + Traits::kQBytes;                   // ring of kStages (kBlockN, kHeadDim) K tiles
   unsigned char* sV = sK + kStages * Traits::kTileBytes;      // ring of kStages (kBlockN, kHeadDim) V tiles
+  uint64_t* full_k = reinterpret_cast<uint64_t*>(sV + kStages * Traits::kTileBytes);
+  uint64_t* full_v = full_k + kStages;
+  uint64_t* empty_k = full_v + kStages;
+  uint64_t* empty_v = empty_k + kStages;
 
   const int m_blocks = (p.packed_rows + kBlockM - 1) / kBlockM;
   const BlockCoords bc = block_coords(p, m_blocks);
   const int m0 = bc.m_block * kBlockM;
-  const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
-  const int g = lane / 4, t = lane % 4;
-  const int wg_row0 = m0 + 64 * wg;
-
-  // Key tiles: up to the largest causal limit of the block's rows. Both warpgroups run every tile: a wgmma
+  // Key tiles: up to the largest causal limit of the block's rows. Both consumers run every tile: a wgmma
   // under a branch the compiler cannot prove warpgroup-uniform gets serialized (ptxas C7520), which costs
-  // far more than the at most one fully masked tile the first warpgroup computes. Each warpgroup masks
-  // only tiles that cross the limit of its first row.
+  // far more than the at most one fully masked tile the first consumer computes.
   const int n_end = key_limit(p, min(m0 + kBlockM, p.packed_rows) - 1);
   const int n_tiles = n_end > 0 ? (n_end + kBlockN - 1) / kBlockN : 0;
-  const int wg_unmasked_end = max(key_limit(p, wg_row0), 0);
-  const int row0 = wg_row0 + 16 * warp + g;  // this thread's rows: row0 and row0 + 8
-  const int limit[2] = {key_limit(p, row0), key_limit(p, row0 + 8)};
 
-  float o[kHeadDim / 2];  // O accumulator (wgmma accumulator layout)
-  float row_max[2] = {-INFINITY, -INFINITY};  // running max of scaled scores, log2 units
-  float row_sum[2] = {0.f, 0.f};              // this thread's share of the running sum; quad-reduced at the end
-#pragma unroll
-  for (int i = 0; i < kHeadDim / 2; ++i) o[i] = 0.f;
-
-  const T* gK = static_cast<const T*>(p.k) + bc.batch * p.k_batch_stride + bc.kv_head * p.k_head_stride;
-  const T* gV = static_cast<const T*>(p.v) + bc.batch * p.v_batch_stride + bc.kv_head * p.v_head_stride;
-  auto load_k = [&](int tile) {
-    if (tile >= n_tiles) return;
-    const int n0 = tile * kBlockN;
-    load_tile<Traits, kBlockN>(sK + (tile % kStages) * Traits::kTileBytes, gK + n0 * p.k_row_stride,
-                               p.k_row_stride, p.seqlen_k - n0, p.head_dim);
-  };
-  auto load_v = [&](int tile) {
-    if (tile < 0 || tile >= n_tiles) return;
-    const int n0 = tile * kBlockN;
-    load_tile<Traits, kBlockN>(sV + (tile % kStages) * Traits::kTileBytes, gV + n0 * p.v_row_stride,
-                               p.v_row_stride, p.seqlen_k - n0, p.head_dim);
-  };
-
-  // Software pipeline: iteration j issues S_j = Q K_j^T and O += P_{j-1} V_{j-1} together, then computes the
-  // softmax of S_j while the tensor cores run P_{j-1} V_{j-1}; O is rescaled once that MMA is done. So
-  // iteration j reads K_j and V_{j-1}, and its one cp.async group brings K_{j+kStages-1} and V_{j+kStages-2}
-  // into the stages of K_{j-1} and V_{j-2}, which every warpgroup finished in iteration j - 1.
-  if (n_tiles > 0) {
-    load_q<Traits>(sQ, p, bc, m0);
-#pragma unroll
-    for (int i = 0; i < kStages - 1; ++i) {  // the groups of iterations i - (kStages - 1)
-      load_k(i);
-      load_v(i - 1);
-      cp_async_commit();
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < kStages; ++i) {
+      mbarrier_init(full_k + i, 1);  // the producer's arrival (with the bytes to expect)
+      mbarrier_init(full_v + i, 1);
+      mbarrier_init(empty_k + i, 4 * Traits::kWarpgroups);  // one arrival per consumer warp
+      mbarrier_init(empty_v + i, 4 * Traits::kWarpgroups);
     }
-    // This warpgroup's 64 rows of Q start 64 * 128 bytes into each atom.
-    const uint64_t q_desc = sm90::smem_desc_sw128(smem_addr(sQ) + wg * 64 * 128, 16, 1024);
-    uint32_t a[Traits::kPSteps][4];  // P_{j-1}: A operand of O += P V, in the mma.sync A layout
+    mbarrier_init_fence();
+  }
+  __syncthreads();
 
-    // Each step begins the same way: this thread's copies of K_tile and V_{tile-1} landed, made visible to
-    // wgmma, and (barrier) everyone's landed and everyone is done with the previous step; then the copies
-    // for later tiles go out.
-    auto begin_step = [&](int tile) {
-      cp_async_wait<kStages - 2>();
-      sm90::fence_async_proxy();
-      __syncthreads();
-      load_k(tile + kStages - 1);
-      load_v(tile + kStages - 2);
+  if (threadIdx.x < 128) {  // producer warpgroup
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Traits::kProducerRegs));
+    if (threadIdx.x == 0) {
+      // K_j, then V_j: V_j is used one step after K_j, and its stage frees one step later too.
+      for (int tile = 0; tile < n_tiles; ++tile) {
+        const int stage = tile % kStages, use = tile / kStages;
+        if (use > 0) mbarrier_wait(empty_k + stage, (use - 1) & 1);
+        mbarrier_arrive_expect_tx(full_k + stage, Traits::kTileBytes);
+#pragma unroll
+        for (int a = 0; a < Traits::kAtoms; ++a) {
+          tma_load_box(sK + stage * Traits::kTileBytes + a * kBlockN * 128, &k_map, full_k + stage, a * 64,
+                       tile * kBlockN, bc.kv_head, bc.batch);
+        }
+        if (use > 0) mbarrier_wait(empty_v + stage, (use - 1) & 1);
+        mbarrier_arrive_expect_tx(full_v + stage, Traits::kTileBytes);
+#pragma unroll
+        for (int a = 0; a < Traits::kAtoms; ++a) {
+          tma_load_box(sV + stage * Traits::kTileBytes + a * kBlockN * 128, &v_map, full_v + stage, a * 64,
+                       tile * kBlockN, bc.kv_head, bc.batch);
+        }
+      }
+    }
+  } else {  // consumer warpgroups
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Traits::kConsumerRegs));
+    const int wg = threadIdx.x / 128 - 1, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+    const int g = lane / 4, t = lane % 4;
+    const int wg_row0 = m0 + 64 * wg;
+    const int wg_unmasked_end = max(key_limit(p, wg_row0), 0);  // tiles below it need no mask
+    const int row0 = wg_row0 + 16 * warp + g;  // this thread's rows: row0 and row0 + 8
+    const int limit[2] = {key_limit(p, row0), key_limit(p, row0 + 8)};
+
+    float o[kHeadDim / 2];  // O accumulator (wgmma accumulator layout)
+    float row_max[2] = {-INFINITY, -INFINITY};  // running max of scaled scores, log2 units
+    float row_sum[2] = {0.f, 0.f};              // this thread's share of the running sum; quad-reduced at the end
+#pragma unroll
+    for (int i = 0; i < kHeadDim / 2; ++i) o[i] = 0.f;
+
+    // Software pipeline: step j issues S_j = Q K_j^T and O += P_{j-1} V_{j-1} together, then computes the
+    // softmax of S_j while the tensor cores run P_{j-1} V_{j-1}; O is rescaled once that MMA is done.
+    if (n_tiles > 0) {
+      load_q_rows<Traits>(sQ, p, bc, wg_row0, 64 * wg, threadIdx.x % 128);
       cp_async_commit();
-    };
+      cp_async_wait<0>();
+      sm90::fence_async_proxy();  // this warpgroup's Q, written by cp.async, visible to its wgmma
+      asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
+      // This warpgroup's 64 rows of Q start 64 * 128 bytes into each atom.
+      const uint64_t q_desc = sm90::smem_desc_sw128(smem_addr(sQ) + wg * 64 * 128, 16, 1024);
+      uint32_t a[Traits::kPSteps][4];  // P_{j-1}: A operand of O += P V, in the mma.sync A layout
+
+      auto wait_full = [&](uint64_t* ring, int tile) { mbarrier_wait(ring + tile % kStages, (tile / kStages) & 1); };
+      auto release = [&](uint64_t* ring, int tile) {  // this warp is done with the tile's stage
+        if (lane == 0) mbarrier_arrive(ring + tile % kStages);
+      };
     auto issue_s = [&](float (&s)[kBlockN / 2], int tile) {  // S = Q K^T
       const uint64_t k_desc = sm90::smem_desc_sw128(smem_addr(sK + (tile % kStages) * Traits::kTileBytes), 16, 1024);
 #pragma unroll
@@ -213,70 +229,75 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) attention_fwd_sm90_kernel
         for (int e = 0; e < 4; ++e) a[kk][e] = pack2<T>(s[8 * kk + 2 * e], s[8 * kk + 2 * e + 1]);
     };
 
-    {  // step 0: S_0 alone
-      float s[kBlockN / 2], alpha[2];
-      begin_step(0);
-      sm90::warpgroup_fence();
-      issue_s(s, 0);
-      sm90::warpgroup_wait<0>();
-      softmax(s, 0, alpha);
-      rescale_and_pack(s, alpha);
+      {  // step 0: S_0 alone
+        float s[kBlockN / 2], alpha[2];
+        wait_full(full_k, 0);
+        sm90::warpgroup_fence();
+        issue_s(s, 0);
+        sm90::warpgroup_wait<0>();
+        release(empty_k, 0);
+        softmax(s, 0, alpha);
+        rescale_and_pack(s, alpha);
+      }
+      for (int tile = 1; tile < n_tiles; ++tile) {  // S_tile, and P V of tile - 1 under its softmax
+        float s[kBlockN / 2], alpha[2];
+        wait_full(full_k, tile);
+        wait_full(full_v, tile - 1);
+        sm90::warpgroup_fence();
+        issue_s(s, tile);
+        issue_pv(tile - 1);
+        sm90::warpgroup_wait<1>();  // S done; P V may still run
+        release(empty_k, tile);
+        softmax(s, tile, alpha);
+        sm90::warpgroup_wait<0>();  // P V done: O and the registers of P are free
+        release(empty_v, tile - 1);
+        rescale_and_pack(s, alpha);
+      }
+      {  // last step: P V of the last tile
+        wait_full(full_v, n_tiles - 1);
+        sm90::warpgroup_fence();
+        issue_pv(n_tiles - 1);
+        sm90::warpgroup_wait<0>();
+      }
     }
-    for (int tile = 1; tile < n_tiles; ++tile) {  // S_tile, and P V of tile - 1 under its softmax
-      float s[kBlockN / 2], alpha[2];
-      begin_step(tile);
-      sm90::warpgroup_fence();
-      issue_s(s, tile);
-      issue_pv(tile - 1);
-      sm90::warpgroup_wait<1>();  // S done; P V may still run
-      softmax(s, tile, alpha);
-      sm90::warpgroup_wait<0>();  // P V done: O and the registers of P are free
-      rescale_and_pack(s, alpha);
-    }
-    {  // last step: P V of the last tile
-      begin_step(n_tiles);
-      sm90::warpgroup_fence();
-      issue_pv(n_tiles - 1);
-      sm90::warpgroup_wait<0>();
-    }
-  }
 
-  // Epilogue: O / l and lse = m ln2 + ln l; a row that saw no key gets 0 and -inf.
-  float inv_sum[2];
+    // Epilogue: O / l and lse = m ln2 + ln l; a row that saw no key gets 0 and -inf.
+    float inv_sum[2];
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    float l = row_sum[h];
-    l += __shfl_xor_sync(0xffffffff, l, 1);
-    l += __shfl_xor_sync(0xffffffff, l, 2);
-    inv_sum[h] = l == 0.f ? 0.f : 1.f / l;  // NaN inputs stay NaN
-    const int r = row0 + 8 * h;
-    if (t == 0 && r < p.packed_rows) {
-      p.lse[lse_index(p, bc.batch, bc.kv_head, r)] = l == 0.f ? -INFINITY : row_max[h] * attention_fwd::kLn2 + logf(l);
+    for (int h = 0; h < 2; ++h) {
+      float l = row_sum[h];
+      l += __shfl_xor_sync(0xffffffff, l, 1);
+      l += __shfl_xor_sync(0xffffffff, l, 2);
+      inv_sum[h] = l == 0.f ? 0.f : 1.f / l;  // NaN inputs stay NaN
+      const int r = row0 + 8 * h;
+      if (t == 0 && r < p.packed_rows) {
+        p.lse[lse_index(p, bc.batch, bc.kv_head, r)] = l == 0.f ? -INFINITY : row_max[h] * attention_fwd::kLn2 + logf(l);
+      }
     }
-  }
 
-  // Stage this warp's 16 rows of O through its own rows of sQ (swizzled: no bank conflicts either way; no
-  // other warp reads them, and every wgmma reading them has completed), then write 16-byte chunks.
-  const int warp_row = 64 * wg + 16 * warp;  // first row of this warp within the block
+    // Stage this warp's 16 rows of O through its own rows of sQ (swizzled: no bank conflicts either way; no
+    // other warp reads them, and every wgmma reading them has completed), then write 16-byte chunks.
+    const int warp_row = 64 * wg + 16 * warp;  // first row of this warp within the block
 #pragma unroll
-  for (int h = 0; h < 2; ++h)
+    for (int h = 0; h < 2; ++h)
 #pragma unroll
-    for (int j = 0; j < kHeadDim / 8; ++j) {
-      *reinterpret_cast<uint32_t*>(sQ + sm90::sw128_offset(kBlockM, warp_row + g + 8 * h, j) + t * 4) =
-          pack2<T>(o[4 * j + 2 * h] * inv_sum[h], o[4 * j + 2 * h + 1] * inv_sum[h]);
-    }
-  __syncwarp();
-  T* gO = static_cast<T*>(p.out) + bc.batch * p.o_batch_stride;
+      for (int j = 0; j < kHeadDim / 8; ++j) {
+        *reinterpret_cast<uint32_t*>(sQ + sm90::sw128_offset(kBlockM, warp_row + g + 8 * h, j) + t * 4) =
+            pack2<T>(o[4 * j + 2 * h] * inv_sum[h], o[4 * j + 2 * h + 1] * inv_sum[h]);
+      }
+    __syncwarp();
+    T* gO = static_cast<T*>(p.out) + bc.batch * p.o_batch_stride;
 #pragma unroll
-  for (int it = 0; it < Traits::kAtoms * 4; ++it) {
-    const int i = lane + 32 * it;              // atom i / 128, row (i / 8) % 16 of the warp, position i % 8
-    const int row = warp_row + (i / 8) % 16;
-    const int col = ((i / 128) * 8 + ((i % 8) ^ (row % 8))) * 8;
-    const int r = m0 + row;
-    if (r < p.packed_rows && col < p.head_dim) {
-      T* dst = gO + packed_row_offset(p, bc.kv_head, r, p.o_head_stride, p.o_row_stride) + col;
-      *reinterpret_cast<uint4*>(dst) =
-          *reinterpret_cast<const uint4*>(sQ + (i / 128) * kBlockM * 128 + row * 128 + (i % 8) * 16);
+    for (int it = 0; it < Traits::kAtoms * 4; ++it) {
+      const int i = lane + 32 * it;              // atom i / 128, row (i / 8) % 16 of the warp, position i % 8
+      const int row = warp_row + (i / 8) % 16;
+      const int col = ((i / 128) * 8 + ((i % 8) ^ (row % 8))) * 8;
+      const int r = m0 + row;
+      if (r < p.packed_rows && col < p.head_dim) {
+        T* dst = gO + packed_row_offset(p, bc.kv_head, r, p.o_head_stride, p.o_row_stride) + col;
+        *reinterpret_cast<uint4*>(dst) =
+            *reinterpret_cast<const uint4*>(sQ + (i / 128) * kBlockM * 128 + row * 128 + (i % 8) * 16);
+      }
     }
   }
 #endif

@@ -6,28 +6,44 @@
 #include <c10/util/Exception.h>
 
 #include <climits>
+#include <type_traits>
 
 #include "attention/attention_fwd_api.h"
 #include "attention/attention_fwd_sm90.cuh"
 #include "common/cuda_check.h"
+#include "common/tensor_map.h"
 
 namespace flash_attn_ext {
 
 template <typename T, int kHeadDim>
-void run_attention_fwd_sm90(const AttentionParams& p, cudaStream_t stream) {
+bool run_attention_fwd_sm90(const AttentionParams& p, cudaStream_t stream) {
   using Traits = typename AttentionFwdSm90Config<T, kHeadDim>::Traits;
+  TORCH_CHECK(p.num_splits == 1, "flash_attn_ext.attention: the sm90 kernel does not split keys");
+  // K and V as (head dim, Sk, Hk, B) for the bulk tensor copies; boxes of 64 columns x kBlockN keys.
+  constexpr bool kBf16 = std::is_same<T, __nv_bfloat16>::value;
+  const uint64_t dims[4] = {uint64_t(p.head_dim), uint64_t(p.seqlen_k), uint64_t(p.heads_kv), uint64_t(p.batch)};
+  const uint32_t box[4] = {64, uint32_t(Traits::kBlockN), 1, 1};
+  const uint64_t k_strides[3] = {uint64_t(p.k_row_stride) * 2, uint64_t(p.k_head_stride) * 2,
+                                 uint64_t(p.k_batch_stride) * 2};
+  const uint64_t v_strides[3] = {uint64_t(p.v_row_stride) * 2, uint64_t(p.v_head_stride) * 2,
+                                 uint64_t(p.v_batch_stride) * 2};
+  CUtensorMap k_map, v_map;
+  if (!make_tensor_map_4d_sw128(&k_map, kBf16, p.k, dims, k_strides, box) ||
+      !make_tensor_map_4d_sw128(&v_map, kBf16, p.v, dims, v_strides, box)) {
+    return false;  // strides the copy engine cannot walk (e.g. broadcast heads): the caller falls back
+  }
   auto kernel = &attention_fwd_sm90::attention_fwd_sm90_kernel<Traits>;
   constexpr int kSmem = static_cast<int>(Traits::kSmemBytes);
-  TORCH_CHECK(p.num_splits == 1, "flash_attn_ext.attention: the sm90 kernel does not split keys");
   FAE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   const int64_t m_blocks = (p.packed_rows + Traits::kBlockM - 1) / Traits::kBlockM;
   const int64_t blocks = m_blocks * p.batch * p.heads_kv;
   TORCH_CHECK(blocks <= INT_MAX, "flash_attn_ext.attention: problem too large (", blocks, " thread blocks)");
-  kernel<<<static_cast<unsigned>(blocks), Traits::kThreads, kSmem, stream>>>(p);
+  kernel<<<static_cast<unsigned>(blocks), Traits::kThreads, kSmem, stream>>>(p, k_map, v_map);
   FAE_LAUNCH_CHECK();
+  return true;
 }
 
 }  // namespace flash_attn_ext
 
 #define FAE_INSTANTIATE_ATTENTION_FWD_SM90(T, D) \
-  template void flash_attn_ext::run_attention_fwd_sm90<T, D>(const flash_attn_ext::AttentionParams&, cudaStream_t);
+  template bool flash_attn_ext::run_attention_fwd_sm90<T, D>(const flash_attn_ext::AttentionParams&, cudaStream_t);

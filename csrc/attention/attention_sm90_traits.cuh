@@ -10,18 +10,22 @@ struct AttentionFwdSm90Traits {
   using T = T_;
   static constexpr int kHeadDim = kHeadDim_;        // tile width; the real head dim is <= this, zero-padded
   static constexpr int kBlockN = kBlockN_;          // keys per K/V tile
-  static constexpr int kWarpgroups = kWarpgroups_;  // each owns 64 packed query rows
+  static constexpr int kWarpgroups = kWarpgroups_;  // consumers, each owning 64 packed query rows
   static constexpr int kStages = kStages_;          // depth of the K ring and of the V ring
   static constexpr int kBlockM = 64 * kWarpgroups;
-  static constexpr int kThreads = 128 * kWarpgroups;
+  static constexpr int kThreads = 128 * (kWarpgroups + 1);  // + the producer warpgroup (warpgroup 0)
+  // setmaxnreg budgets: the producer gives registers back so the consumers can hold S, P and O.
+  static constexpr int kProducerRegs = 24;
+  static constexpr int kConsumerRegs = 240;
 
   static constexpr int kChunksPerRow = kHeadDim / 8;  // 16-byte chunks per row
   static constexpr int kAtoms = kHeadDim / 64;       // 128-byte swizzle atoms per row (wgmma_sm90.cuh)
   static constexpr int kRowBytes = kHeadDim * 2;
   static constexpr int kQBytes = kBlockM * kRowBytes;
   static constexpr int kTileBytes = kBlockN * kRowBytes;  // one K or one V tile
+  static constexpr int kBarrierBytes = 4 * kStages * 8;  // full and empty mbarriers of both rings
   // + 1024: the dynamic shared memory is re-aligned to the 1024 bytes the swizzle atoms need.
-  static constexpr size_t kSmemBytes = size_t(kQBytes) + size_t(2 * kStages) * kTileBytes + 1024;
+  static constexpr size_t kSmemBytes = size_t(kQBytes) + size_t(2 * kStages) * kTileBytes + kBarrierBytes + 1024;
   static constexpr int kKSteps = kHeadDim / 16;  // k16 steps of S = Q K^T
   static constexpr int kPSteps = kBlockN / 16;   // k16 steps of O += P V
 
@@ -29,17 +33,16 @@ struct AttentionFwdSm90Traits {
   static_assert(kHeadDim % 64 == 0 && kHeadDim <= 256, "head-dim tile: whole swizzle atoms, at most 256");
   static_assert(kBlockN == 64 || kBlockN == 128, "S = Q K^T is generated for N = 64 and 128");
   static_assert(kStages >= 2, "K_{j+1} loads while K_j is used");
-  static_assert((kBlockN * kChunksPerRow) % kThreads == 0 && (kBlockM * kChunksPerRow) % kThreads == 0,
-                "tiles split evenly over the threads");
   static_assert(kSmemBytes <= 227 * 1024, "must fit the 227 KB of shared memory of sm90");
+  static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kWarpgroups <= 65536, "register file of one SM");
 };
 
-// Two warpgroups (128 query rows) share every K/V tile. 128-key tiles up to head dim 128 (S and O take 64 +
+// Two consumer warpgroups (128 query rows) share every K/V tile. 128-key tiles up to head dim 128 (S and O take 64 +
 // kHeadDim / 2 accumulator registers), 64-key tiles above it. Three stages where shared memory allows.
 template <typename T, int kHeadDim>
 struct AttentionFwdSm90Config {
   static constexpr int kBlockN = kHeadDim <= 128 ? 128 : 64;
-  static constexpr bool kThreeFit = (128 + 6 * kBlockN) * kHeadDim * 2 + 1024 <= 227 * 1024;
+  static constexpr bool kThreeFit = (128 + 6 * kBlockN) * kHeadDim * 2 + 1024 + 96 <= 227 * 1024;
   static constexpr int kStages = kThreeFit ? 3 : 2;
   using Traits = AttentionFwdSm90Traits<T, kHeadDim, kBlockN, 2, kStages>;
 };

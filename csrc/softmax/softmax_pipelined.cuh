@@ -5,45 +5,26 @@
 // ring of shared-memory pieces with bulk (TMA) copies, each piece completing on its own transaction barrier,
 // and keeps the ring full: while the block reduces, exchanges and stores item i, the pieces of the next
 // items are already streaming in. Each element is still read from DRAM once and written once.
+#include "common/mbarrier.cuh"
 #include "softmax/split_exchange.cuh"
 
 namespace flash_attn_ext {
 namespace softmax {
 namespace pipe {
 
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
+__device__ __forceinline__ unsigned smem_addr(const void* p) { return smem_u32(p); }
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-__device__ __forceinline__ void barrier_init(uint64_t* bar) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(smem_addr(bar)) : "memory");
-}
-// Makes the initialized barriers visible to the bulk-copy (async) proxy.
-__device__ __forceinline__ void barrier_init_fence() {
-  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-}
 // Generic-proxy accesses of shared memory before this point are ordered before later bulk copies into it.
 __device__ __forceinline__ void async_proxy_fence() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 // The single arrival of the barrier's phase, announcing `bytes` of copy transactions, then the copy that
 // completes them: the phase flips once all bytes have landed.
 __device__ __forceinline__ void bulk_load(void* dst, const void* src, unsigned bytes, uint64_t* bar) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes)
-               : "memory");
+  mbarrier_arrive_expect_tx(bar, bytes);
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
                    smem_addr(dst)),
                "l"(src), "r"(bytes), "r"(smem_addr(bar))
                : "memory");
-}
-__device__ __forceinline__ void barrier_wait(uint64_t* bar, unsigned parity) {
-  unsigned done = 0;
-  while (!done) {
-    asm volatile(
-        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(smem_addr(bar)), "r"(parity)
-        : "memory");
-  }
 }
 #endif
 
@@ -137,8 +118,8 @@ __global__ void __launch_bounds__(kPipeMaxThreads, 1) softmax_pipelined_rows_ker
 
   Producer<T> producer{static_cast<int64_t>(blockIdx.x), 0, 0, 0};
   if (t == 0) {
-    for (int i = 0; i < p.ring_pieces; ++i) barrier_init(bars + i);
-    barrier_init_fence();
+    for (int i = 0; i < p.ring_pieces; ++i) mbarrier_init(bars + i, 1);
+    mbarrier_init_fence();
   }
   __syncthreads();
   if (t == 0) producer.fill(p, items, ring, bars);
@@ -155,7 +136,7 @@ __global__ void __launch_bounds__(kPipeMaxThreads, 1) softmax_pipelined_rows_ker
 
     OnlineState<A> state = empty_state<A>();
     for (int k = 0; k < pieces; ++k) {
-      barrier_wait(bars + slot, phase);
+      mbarrier_wait(bars + slot, phase);
       const uint4* piece = ring + slot * piece_vecs;
       const int n = min(piece_vecs, nvec - k * piece_vecs);
       for (int j = t; j < n; j += kPipeGroup * nt) fold_group<T>(state, piece, j, nt, n);

@@ -87,14 +87,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   uint64_t* empty_v = empty_k + kStages;
 
   const int m_blocks = (p.packed_rows + kBlockM - 1) / kBlockM;
-  const long long items = (long long)m_blocks * p.batch * p.heads_kv;
-  // Key tiles of an item: up to the largest causal limit of its rows. Both consumers run every tile: a wgmma
+  const BlockCoords bc = block_coords(p, m_blocks);
+  const int m0 = bc.m_block * kBlockM;
+  // Key tiles: up to the largest causal limit of the block's rows. Both consumers run every tile: a wgmma
   // under a branch the compiler cannot prove warpgroup-uniform gets serialized (ptxas C7520), which costs
   // far more than the at most one fully masked tile the first consumer computes.
-  auto key_tiles = [&](int m0) {
-    const int n_end = key_limit(p, min(m0 + kBlockM, p.packed_rows) - 1);
-    return n_end > 0 ? (n_end + kBlockN - 1) / kBlockN : 0;
-  };
+  const int n_end = key_limit(p, min(m0 + kBlockM, p.packed_rows) - 1);
+  const int n_tiles = n_end > 0 ? (n_end + kBlockN - 1) / kBlockN : 0;
 
   if (threadIdx.x == 0) {
     for (int i = 0; i < kStages; ++i) {
@@ -107,34 +106,25 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   }
   __syncthreads();
 
-  // A block works through items blockIdx.x, + gridDim.x, ... (one item unless the grid is persistent). The
-  // rings run on across items: `slot` counts the tiles this block has streamed so far, so ring stage
-  // slot % kStages and barrier phase slot / kStages continue where the previous item stopped, and the
-  // producer can fetch an item's first tiles while the consumers finish the previous one.
   if (threadIdx.x < 128) {  // producer warpgroup
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Traits::kProducerRegs));
     if (threadIdx.x == 0) {
-      int slot = 0;
-      for (long long item = blockIdx.x; item < items; item += gridDim.x) {
-        const BlockCoords bc = block_coords(p, m_blocks, item);
-        const int n_tiles = key_tiles(bc.m_block * kBlockM);
-        // K_j, then V_j: V_j is used one step after K_j, and its stage frees one step later too.
-        for (int tile = 0; tile < n_tiles; ++tile, ++slot) {
-          const int stage = slot % kStages, use = slot / kStages;
-          if (use > 0) mbarrier_wait(empty_k + stage, (use - 1) & 1);
-          mbarrier_arrive_expect_tx(full_k + stage, Traits::kTileBytes);
+      // K_j, then V_j: V_j is used one step after K_j, and its stage frees one step later too.
+      for (int tile = 0; tile < n_tiles; ++tile) {
+        const int stage = tile % kStages, use = tile / kStages;
+        if (use > 0) mbarrier_wait(empty_k + stage, (use - 1) & 1);
+        mbarrier_arrive_expect_tx(full_k + stage, Traits::kTileBytes);
 #pragma unroll
-          for (int a = 0; a < Traits::kAtoms; ++a) {
-            tma_load_box(sK + stage * Traits::kTileBytes + a * kBlockN * 128, &k_map, full_k + stage, a * 64,
-                         tile * kBlockN, bc.kv_head, bc.batch);
-          }
-          if (use > 0) mbarrier_wait(empty_v + stage, (use - 1) & 1);
-          mbarrier_arrive_expect_tx(full_v + stage, Traits::kTileBytes);
+        for (int a = 0; a < Traits::kAtoms; ++a) {
+          tma_load_box(sK + stage * Traits::kTileBytes + a * kBlockN * 128, &k_map, full_k + stage, a * 64,
+                       tile * kBlockN, bc.kv_head, bc.batch);
+        }
+        if (use > 0) mbarrier_wait(empty_v + stage, (use - 1) & 1);
+        mbarrier_arrive_expect_tx(full_v + stage, Traits::kTileBytes);
 #pragma unroll
-          for (int a = 0; a < Traits::kAtoms; ++a) {
-            tma_load_box(sV + stage * Traits::kTileBytes + a * kBlockN * 128, &v_map, full_v + stage, a * 64,
-                         tile * kBlockN, bc.kv_head, bc.batch);
-          }
+        for (int a = 0; a < Traits::kAtoms; ++a) {
+          tma_load_box(sV + stage * Traits::kTileBytes + a * kBlockN * 128, &v_map, full_v + stage, a * 64,
+                       tile * kBlockN, bc.kv_head, bc.batch);
         }
       }
     }
@@ -142,185 +132,172 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Traits::kConsumerRegs));
     const int wg = threadIdx.x / 128 - 1, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
     const int g = lane / 4, t = lane % 4;
-    // This warpgroup's 64 rows of Q start 64 * 128 bytes into each atom.
-    const uint64_t q_desc = sm90::smem_desc_sw128(smem_addr(sQ) + wg * 64 * 128, 16, 1024);
-    auto wait_full = [&](uint64_t* ring, int slot) { mbarrier_wait(ring + slot % kStages, (slot / kStages) & 1); };
-    auto release = [&](uint64_t* ring, int slot) {  // this warp is done with the stage of ring slot `slot`
-      if (lane == 0) mbarrier_arrive(ring + slot % kStages);
-    };
-    int slot0 = 0;  // ring slot of the current item's first tile
+    const int wg_row0 = m0 + 64 * wg;
+    const int wg_unmasked_end = max(key_limit(p, wg_row0), 0);  // tiles below it need no mask
+    const int row0 = wg_row0 + 16 * warp + g;  // this thread's rows: row0 and row0 + 8
+    const int limit[2] = {key_limit(p, row0), key_limit(p, row0 + 8)};
 
-    for (long long item = blockIdx.x; item < items; item += gridDim.x) {
-      const BlockCoords bc = block_coords(p, m_blocks, item);
-      const int m0 = bc.m_block * kBlockM;
-      const int n_tiles = key_tiles(m0);
-      const int wg_row0 = m0 + 64 * wg;
-      const int wg_unmasked_end = max(key_limit(p, wg_row0), 0);  // tiles below it need no mask
-      const int row0 = wg_row0 + 16 * warp + g;  // this thread's rows: row0 and row0 + 8
-      const int limit[2] = {key_limit(p, row0), key_limit(p, row0 + 8)};
+    float o[kHeadDim / 2];  // O accumulator (wgmma accumulator layout)
+    float row_max[2] = {-INFINITY, -INFINITY};  // running max of scaled scores, log2 units
+    float row_sum[2] = {0.f, 0.f};              // this thread's share of the running sum; quad-reduced at the end
+#pragma unroll
+    for (int i = 0; i < kHeadDim / 2; ++i) o[i] = 0.f;
 
-      float o[kHeadDim / 2];  // O accumulator (wgmma accumulator layout)
-      float row_max[2] = {-INFINITY, -INFINITY};  // running max of scaled scores, log2 units
-      float row_sum[2] = {0.f, 0.f};              // this thread's share of the running sum; quad-reduced at the end
-#pragma unroll
-      for (int i = 0; i < kHeadDim / 2; ++i) o[i] = 0.f;
+    // Software pipeline: step j issues S_j = Q K_j^T and O += P_{j-1} V_{j-1} together, then computes the
+    // softmax of S_j while the tensor cores run P_{j-1} V_{j-1}; O is rescaled once that MMA is done.
+    if (n_tiles > 0) {
+      load_q_rows<Traits>(sQ, p, bc, wg_row0, 64 * wg, threadIdx.x % 128);
+      cp_async_commit();
+      cp_async_wait<0>();
+      sm90::fence_async_proxy();  // this warpgroup's Q, written by cp.async, visible to its wgmma
+      asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
+      // This warpgroup's 64 rows of Q start 64 * 128 bytes into each atom.
+      const uint64_t q_desc = sm90::smem_desc_sw128(smem_addr(sQ) + wg * 64 * 128, 16, 1024);
+      uint32_t a[Traits::kPSteps][4];  // P_{j-1}: A operand of O += P V, in the mma.sync A layout
 
-      // Software pipeline: step j issues S_j = Q K_j^T and O += P_{j-1} V_{j-1} together, then computes the
-      // softmax of S_j while the tensor cores run P_{j-1} V_{j-1}; O is rescaled once that MMA is done.
-      if (n_tiles > 0) {
-        // The whole warpgroup is past the previous item's epilogue (which staged O in these rows of sQ).
-        asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
-        load_q_rows<Traits>(sQ, p, bc, wg_row0, 64 * wg, threadIdx.x % 128);
-        cp_async_commit();
-        cp_async_wait<0>();
-        sm90::fence_async_proxy();  // this warpgroup's Q, written by cp.async, visible to its wgmma
-        asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
-        uint32_t a[Traits::kPSteps][4];  // P_{j-1}: A operand of O += P V, in the mma.sync A layout
-
-        auto issue_s = [&](float (&s)[kBlockN / 2], int slot) {  // S = Q K^T, K in ring slot `slot`
-          const uint64_t k_desc =
-              sm90::smem_desc_sw128(smem_addr(sK + (slot % kStages) * Traits::kTileBytes), 16, 1024);
+      auto wait_full = [&](uint64_t* ring, int tile) { mbarrier_wait(ring + tile % kStages, (tile / kStages) & 1); };
+      auto release = [&](uint64_t* ring, int tile) {  // this warp is done with the tile's stage
+        if (lane == 0) mbarrier_arrive(ring + tile % kStages);
+      };
+    auto issue_s = [&](float (&s)[kBlockN / 2], int tile) {  // S = Q K^T
+      const uint64_t k_desc = sm90::smem_desc_sw128(smem_addr(sK + (tile % kStages) * Traits::kTileBytes), 16, 1024);
 #pragma unroll
-          for (int ks = 0; ks < Traits::kKSteps; ++ks) {  // k16 step ks: atom ks / 4, 32 bytes per step inside it
-            sm90::Wgmma<T, kBlockN>::ss(s, sm90::desc_advance(q_desc, (ks / 4) * kBlockM * 128 + (ks % 4) * 32),
-                                        sm90::desc_advance(k_desc, (ks / 4) * kBlockN * 128 + (ks % 4) * 32), ks > 0);
-          }
-          sm90::warpgroup_commit();
-        };
-        auto issue_pv = [&](int slot) {  // O += P V, V in ring slot `slot`
-          const uint64_t v_desc =
-              sm90::smem_desc_sw128(smem_addr(sV + (slot % kStages) * Traits::kTileBytes), kBlockN * 128, 1024);
-#pragma unroll
-          for (int kk = 0; kk < Traits::kPSteps; ++kk) {
-            sm90::Wgmma<T, kHeadDim>::rs(o, a[kk], sm90::desc_advance(v_desc, kk * 2048), true);  // 16 keys per step
-          }
-          sm90::warpgroup_commit();
-        };
-        // Online softmax of S_tile in log2 units: scale, mask, update the running max and sum, S <- P = exp2;
-        // alpha: the factor O must be rescaled by, once no P V is in flight.
-        auto softmax = [&](float (&s)[kBlockN / 2], int tile, float (&alpha)[2]) {
-          const int n0 = tile * kBlockN;
-          const bool need_mask = n0 + kBlockN > wg_unmasked_end;
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            float mx = -INFINITY;
-#pragma unroll
-            for (int j = 0; j < kBlockN / 8; ++j)
-#pragma unroll
-              for (int e = 0; e < 2; ++e) {
-                float x = s[4 * j + 2 * h + e] * p.scale_log2;
-                if (need_mask && n0 + 8 * j + 2 * t + e >= limit[h]) x = -INFINITY;
-                s[4 * j + 2 * h + e] = x;
-                mx = fmaxf(mx, x);
-              }
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
-            const float m_new = fmaxf(row_max[h], mx);
-            // A row that has seen only masked keys keeps m = -inf; exponentiate against 0 so that
-            // exp2(-inf - m) is 0 rather than NaN.
-            const float m_use = m_new == -INFINITY ? 0.f : m_new;
-            alpha[h] = fast_exp2(row_max[h] - m_use);
-            row_max[h] = m_new;
-            float sum = 0.f;
-#pragma unroll
-            for (int j = 0; j < kBlockN / 8; ++j)
-#pragma unroll
-              for (int e = 0; e < 2; ++e) {
-                const float pr = fast_exp2(s[4 * j + 2 * h + e] - m_use);
-                s[4 * j + 2 * h + e] = pr;
-                sum += pr;
-              }
-            row_sum[h] = row_sum[h] * alpha[h] + sum;
-          }
-        };
-        // After the step's MMAs: O *= alpha, and P (fp32 in s) packed into the A operand of the next P V.
-        auto rescale_and_pack = [&](const float (&s)[kBlockN / 2], const float (&alpha)[2]) {
-#pragma unroll
-          for (int j = 0; j < kHeadDim / 8; ++j) {
-            o[4 * j] *= alpha[0];
-            o[4 * j + 1] *= alpha[0];
-            o[4 * j + 2] *= alpha[1];
-            o[4 * j + 3] *= alpha[1];
-          }
-#pragma unroll
-          for (int kk = 0; kk < Traits::kPSteps; ++kk)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) a[kk][e] = pack2<T>(s[8 * kk + 2 * e], s[8 * kk + 2 * e + 1]);
-        };
-
-        {  // step 0: S_0 alone
-          float s[kBlockN / 2], alpha[2];
-          wait_full(full_k, slot0);
-          sm90::warpgroup_fence();
-          issue_s(s, slot0);
-          sm90::warpgroup_wait<0>();
-          release(empty_k, slot0);
-          softmax(s, 0, alpha);
-          rescale_and_pack(s, alpha);
-        }
-        for (int tile = 1; tile < n_tiles; ++tile) {  // S_tile, and P V of tile - 1 under its softmax
-          float s[kBlockN / 2], alpha[2];
-          wait_full(full_k, slot0 + tile);
-          wait_full(full_v, slot0 + tile - 1);
-          sm90::warpgroup_fence();
-          issue_s(s, slot0 + tile);
-          issue_pv(slot0 + tile - 1);
-          sm90::warpgroup_wait<1>();  // S done; P V may still run
-          release(empty_k, slot0 + tile);
-          softmax(s, tile, alpha);
-          sm90::warpgroup_wait<0>();  // P V done: O and the registers of P are free
-          release(empty_v, slot0 + tile - 1);
-          rescale_and_pack(s, alpha);
-        }
-        {  // last step: P V of the last tile
-          wait_full(full_v, slot0 + n_tiles - 1);
-          sm90::warpgroup_fence();
-          issue_pv(slot0 + n_tiles - 1);
-          sm90::warpgroup_wait<0>();
-          release(empty_v, slot0 + n_tiles - 1);
-        }
-        slot0 += n_tiles;
+      for (int ks = 0; ks < Traits::kKSteps; ++ks) {  // k16 step ks: atom ks / 4, 32 bytes per step inside it
+        sm90::Wgmma<T, kBlockN>::ss(s, sm90::desc_advance(q_desc, (ks / 4) * kBlockM * 128 + (ks % 4) * 32),
+                                    sm90::desc_advance(k_desc, (ks / 4) * kBlockN * 128 + (ks % 4) * 32), ks > 0);
       }
+      sm90::warpgroup_commit();
+    };
+    auto issue_pv = [&](int tile) {  // O += P V
+      const uint64_t v_desc =
+          sm90::smem_desc_sw128(smem_addr(sV + (tile % kStages) * Traits::kTileBytes), kBlockN * 128, 1024);
+#pragma unroll
+      for (int kk = 0; kk < Traits::kPSteps; ++kk) {
+        sm90::Wgmma<T, kHeadDim>::rs(o, a[kk], sm90::desc_advance(v_desc, kk * 2048), true);  // 16 keys per step
+      }
+      sm90::warpgroup_commit();
+    };
+    // Online softmax of S_tile in log2 units: scale, mask, update the running max and sum, S <- P = exp2;
+    // alpha: the factor O must be rescaled by, once no P V is in flight.
+    auto softmax = [&](float (&s)[kBlockN / 2], int tile, float (&alpha)[2]) {
+      const int n0 = tile * kBlockN;
+      const bool need_mask = n0 + kBlockN > wg_unmasked_end;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < kBlockN / 8; ++j)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            float x = s[4 * j + 2 * h + e] * p.scale_log2;
+            if (need_mask && n0 + 8 * j + 2 * t + e >= limit[h]) x = -INFINITY;
+            s[4 * j + 2 * h + e] = x;
+            mx = fmaxf(mx, x);
+          }
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
+        const float m_new = fmaxf(row_max[h], mx);
+        // A row that has seen only masked keys keeps m = -inf; exponentiate against 0 so that
+        // exp2(-inf - m) is 0 rather than NaN.
+        const float m_use = m_new == -INFINITY ? 0.f : m_new;
+        alpha[h] = fast_exp2(row_max[h] - m_use);
+        row_max[h] = m_new;
+        float sum = 0.f;
+#pragma unroll
+        for (int j = 0; j < kBlockN / 8; ++j)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const float pr = fast_exp2(s[4 * j + 2 * h + e] - m_use);
+            s[4 * j + 2 * h + e] = pr;
+            sum += pr;
+          }
+        row_sum[h] = row_sum[h] * alpha[h] + sum;
+      }
+    };
+    // After the step's MMAs: O *= alpha, and P (fp32 in s) packed into the A operand of the next P V.
+    auto rescale_and_pack = [&](const float (&s)[kBlockN / 2], const float (&alpha)[2]) {
+#pragma unroll
+      for (int j = 0; j < kHeadDim / 8; ++j) {
+        o[4 * j] *= alpha[0];
+        o[4 * j + 1] *= alpha[0];
+        o[4 * j + 2] *= alpha[1];
+        o[4 * j + 3] *= alpha[1];
+      }
+#pragma unroll
+      for (int kk = 0; kk < Traits::kPSteps; ++kk)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) a[kk][e] = pack2<T>(s[8 * kk + 2 * e], s[8 * kk + 2 * e + 1]);
+    };
 
-        // Epilogue: O / l and lse = m ln2 + ln l; a row that saw no key gets 0 and -inf.
-        float inv_sum[2];
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          float l = row_sum[h];
-          l += __shfl_xor_sync(0xffffffff, l, 1);
-          l += __shfl_xor_sync(0xffffffff, l, 2);
-          inv_sum[h] = l == 0.f ? 0.f : 1.f / l;  // NaN inputs stay NaN
-          const int r = row0 + 8 * h;
-          if (t == 0 && r < p.packed_rows) {
-            p.lse[lse_index(p, bc.batch, bc.kv_head, r)] =
-                l == 0.f ? -INFINITY : row_max[h] * attention_fwd::kLn2 + logf(l);
-          }
-        }
+      {  // step 0: S_0 alone
+        float s[kBlockN / 2], alpha[2];
+        wait_full(full_k, 0);
+        sm90::warpgroup_fence();
+        issue_s(s, 0);
+        sm90::warpgroup_wait<0>();
+        release(empty_k, 0);
+        softmax(s, 0, alpha);
+        rescale_and_pack(s, alpha);
+      }
+      for (int tile = 1; tile < n_tiles; ++tile) {  // S_tile, and P V of tile - 1 under its softmax
+        float s[kBlockN / 2], alpha[2];
+        wait_full(full_k, tile);
+        wait_full(full_v, tile - 1);
+        sm90::warpgroup_fence();
+        issue_s(s, tile);
+        issue_pv(tile - 1);
+        sm90::warpgroup_wait<1>();  // S done; P V may still run
+        release(empty_k, tile);
+        softmax(s, tile, alpha);
+        sm90::warpgroup_wait<0>();  // P V done: O and the registers of P are free
+        release(empty_v, tile - 1);
+        rescale_and_pack(s, alpha);
+      }
+      {  // last step: P V of the last tile
+        wait_full(full_v, n_tiles - 1);
+        sm90::warpgroup_fence();
+        issue_pv(n_tiles - 1);
+        sm90::warpgroup_wait<0>();
+      }
+    }
 
-        // Stage this warp's 16 rows of O through its own rows of sQ (swizzled: no bank conflicts either way; no
-        // other warp reads them, and every wgmma reading them has completed), then write 16-byte chunks.
-        const int warp_row = 64 * wg + 16 * warp;  // first row of this warp within the block
+    // Epilogue: O / l and lse = m ln2 + ln l; a row that saw no key gets 0 and -inf.
+    float inv_sum[2];
 #pragma unroll
-        for (int h = 0; h < 2; ++h)
+    for (int h = 0; h < 2; ++h) {
+      float l = row_sum[h];
+      l += __shfl_xor_sync(0xffffffff, l, 1);
+      l += __shfl_xor_sync(0xffffffff, l, 2);
+      inv_sum[h] = l == 0.f ? 0.f : 1.f / l;  // NaN inputs stay NaN
+      const int r = row0 + 8 * h;
+      if (t == 0 && r < p.packed_rows) {
+        p.lse[lse_index(p, bc.batch, bc.kv_head, r)] = l == 0.f ? -INFINITY : row_max[h] * attention_fwd::kLn2 + logf(l);
+      }
+    }
+
+    // Stage this warp's 16 rows of O through its own rows of sQ (swizzled: no bank conflicts either way; no
+    // other warp reads them, and every wgmma reading them has completed), then write 16-byte chunks.
+    const int warp_row = 64 * wg + 16 * warp;  // first row of this warp within the block
 #pragma unroll
-          for (int j = 0; j < kHeadDim / 8; ++j) {
-            *reinterpret_cast<uint32_t*>(sQ + sm90::sw128_offset(kBlockM, warp_row + g + 8 * h, j) + t * 4) =
-                pack2<T>(o[4 * j + 2 * h] * inv_sum[h], o[4 * j + 2 * h + 1] * inv_sum[h]);
-          }
-        __syncwarp();
-        T* gO = static_cast<T*>(p.out) + bc.batch * p.o_batch_stride;
+    for (int h = 0; h < 2; ++h)
 #pragma unroll
-        for (int it = 0; it < Traits::kAtoms * 4; ++it) {
-          const int i = lane + 32 * it;              // atom i / 128, row (i / 8) % 16 of the warp, position i % 8
-          const int row = warp_row + (i / 8) % 16;
-          const int col = ((i / 128) * 8 + ((i % 8) ^ (row % 8))) * 8;
-          const int r = m0 + row;
-          if (r < p.packed_rows && col < p.head_dim) {
-            T* dst = gO + packed_row_offset(p, bc.kv_head, r, p.o_head_stride, p.o_row_stride) + col;
-            *reinterpret_cast<uint4*>(dst) =
-                *reinterpret_cast<const uint4*>(sQ + (i / 128) * kBlockM * 128 + row * 128 + (i % 8) * 16);
-          }
-        }
+      for (int j = 0; j < kHeadDim / 8; ++j) {
+        *reinterpret_cast<uint32_t*>(sQ + sm90::sw128_offset(kBlockM, warp_row + g + 8 * h, j) + t * 4) =
+            pack2<T>(o[4 * j + 2 * h] * inv_sum[h], o[4 * j + 2 * h + 1] * inv_sum[h]);
+      }
+    __syncwarp();
+    T* gO = static_cast<T*>(p.out) + bc.batch * p.o_batch_stride;
+#pragma unroll
+    for (int it = 0; it < Traits::kAtoms * 4; ++it) {
+      const int i = lane + 32 * it;              // atom i / 128, row (i / 8) % 16 of the warp, position i % 8
+      const int row = warp_row + (i / 8) % 16;
+      const int col = ((i / 128) * 8 + ((i % 8) ^ (row % 8))) * 8;
+      const int r = m0 + row;
+      if (r < p.packed_rows && col < p.head_dim) {
+        T* dst = gO + packed_row_offset(p, bc.kv_head, r, p.o_head_stride, p.o_row_stride) + col;
+        *reinterpret_cast<uint4*>(dst) =
+            *reinterpret_cast<const uint4*>(sQ + (i / 128) * kBlockM * 128 + row * 128 + (i % 8) * 16);
+      }
     }
   }
 #endif

@@ -5,7 +5,6 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/util/Exception.h>
 
-#include <algorithm>
 #include <climits>
 #include <type_traits>
 
@@ -37,12 +36,7 @@ bool run_attention_fwd_sm90(const AttentionParams& p, cudaStream_t stream) {
   constexpr int kSmem = static_cast<int>(Traits::kSmemBytes);
   FAE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   const int64_t m_blocks = (p.packed_rows + Traits::kBlockM - 1) / Traits::kBlockM;
-  const int64_t items = m_blocks * p.batch * p.heads_kv;
-  // Non-causal items all cost the same: one persistent block per SM works through them, its producer
-  // fetching the next item's first tiles under the current item's last steps and epilogue. Causal items
-  // differ up to S-fold in cost, so there every item gets its own block and the hardware balances them.
-  const int64_t sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
-  const int64_t blocks = p.causal ? items : std::min(items, sms);
+  const int64_t blocks = m_blocks * p.batch * p.heads_kv;
   TORCH_CHECK(blocks <= INT_MAX, "flash_attn_ext.attention: problem too large (", blocks, " thread blocks)");
   kernel<<<static_cast<unsigned>(blocks), Traits::kThreads, kSmem, stream>>>(p, k_map, v_map);
   FAE_LAUNCH_CHECK();

@@ -15,8 +15,8 @@ struct BlockCoords {
   int m_block, split, batch, kv_head;
 };
 
-// Work item `id` (a block's blockIdx.x, or one item of a persistent block's list).
-__device__ __forceinline__ BlockCoords block_coords(const AttentionParams& p, int m_blocks, long long id) {
+__device__ __forceinline__ BlockCoords block_coords(const AttentionParams& p, int m_blocks) {
+  long long id = blockIdx.x;
   BlockCoords c;
   // Heaviest causal tiles (the last query rows see the most keys) start first, so the tail is short.
   c.m_block = m_blocks - 1 - static_cast<int>(id % m_blocks);
@@ -26,10 +26,6 @@ __device__ __forceinline__ BlockCoords block_coords(const AttentionParams& p, in
   c.kv_head = static_cast<int>(id % p.heads_kv);
   c.batch = static_cast<int>(id / p.heads_kv);
   return c;
-}
-
-__device__ __forceinline__ BlockCoords block_coords(const AttentionParams& p, int m_blocks) {
-  return block_coords(p, m_blocks, blockIdx.x);
 }
 
 // Number of keys packed row `r` may see: Sk, or its bottom-right causal limit (can be <= 0).

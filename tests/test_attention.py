@@ -586,6 +586,16 @@ def test_cuda_dispatch_picks_the_hopper_kernel(monkeypatch, forced, kernel):
 
 @pytest.mark.cuda
 @requires_cuda
+@pytest.mark.parametrize("d", [64, 256])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_cuda_more_items_than_sms(dtype, d):
+    # non-causal with hundreds of (m block, batch, kv head) items: on the Hopper kernel each persistent block
+    # works through several items, its K/V rings running on from one item to the next
+    check_attention(*make_qkv(3, 64, 16, 300, 257, d, dtype, "cuda"))
+
+
+@pytest.mark.cuda
+@requires_cuda
 def test_cuda_unknown_forced_kernel(monkeypatch):
     monkeypatch.setenv("FLASH_ATTN_EXT_ATTENTION_KERNEL", "sm70")
     q, k, v = make_qkv(1, 2, 2, 7, 7, 64, torch.float16, "cuda")

@@ -109,23 +109,21 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   if (threadIdx.x < 128) {  // producer warpgroup
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Traits::kProducerRegs));
     if (threadIdx.x == 0) {
+      // Tile `tile` of K or V into its ring stage, once the consumers have released the stage's previous use.
+      auto fill = [&](unsigned char* ring, const CUtensorMap* map, uint64_t* full, uint64_t* empty, int tile) {
+        const int stage = tile % kStages, use = tile / kStages;
+        if (use > 0) mbarrier_wait(empty + stage, (use - 1) & 1);
+        mbarrier_arrive_expect_tx(full + stage, Traits::kTileBytes);
+#pragma unroll
+        for (int a = 0; a < Traits::kAtoms; ++a) {
+          tma_load_box(ring + stage * Traits::kTileBytes + a * kBlockN * 128, map, full + stage, a * 64,
+                       tile * kBlockN, bc.kv_head, bc.batch);
+        }
+      };
       // K_j, then V_j: V_j is used one step after K_j, and its stage frees one step later too.
       for (int tile = 0; tile < n_tiles; ++tile) {
-        const int stage = tile % kStages, use = tile / kStages;
-        if (use > 0) mbarrier_wait(empty_k + stage, (use - 1) & 1);
-        mbarrier_arrive_expect_tx(full_k + stage, Traits::kTileBytes);
-#pragma unroll
-        for (int a = 0; a < Traits::kAtoms; ++a) {
-          tma_load_box(sK + stage * Traits::kTileBytes + a * kBlockN * 128, &k_map, full_k + stage, a * 64,
-                       tile * kBlockN, bc.kv_head, bc.batch);
-        }
-        if (use > 0) mbarrier_wait(empty_v + stage, (use - 1) & 1);
-        mbarrier_arrive_expect_tx(full_v + stage, Traits::kTileBytes);
-#pragma unroll
-        for (int a = 0; a < Traits::kAtoms; ++a) {
-          tma_load_box(sV + stage * Traits::kTileBytes + a * kBlockN * 128, &v_map, full_v + stage, a * 64,
-                       tile * kBlockN, bc.kv_head, bc.batch);
-        }
+        fill(sK, &k_map, full_k, empty_k, tile);
+        fill(sV, &v_map, full_v, empty_v, tile);
       }
     }
   } else {  // consumer warpgroups

@@ -52,28 +52,29 @@ def acc_bind(regs):
     return ",\n          ".join(lines)
 
 
-def ss_asm(n, ty, regs):
+def ss_asm(n, regs):
     return (f'"{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{regs + 2}, 0;\\n"\n'
-            f'          "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ty}.{ty} "\n'
+            f'          "wgmma.mma_async.sync.aligned.m64n{n}k16.f32." TY "." TY " "\n'
             f'          "{{{acc_list(regs)}}}, "\n'
             f'          "%{regs}, %{regs + 1}, p, 1, 1, 0, 0;\\n}}\\n"')
 
 
-def rs_asm(n, ty, regs):
+def rs_asm(n, regs):
     return (f'"{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{regs + 5}, 0;\\n"\n'
-            f'          "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ty}.{ty} "\n'
+            f'          "wgmma.mma_async.sync.aligned.m64n{n}k16.f32." TY "." TY " "\n'
             f'          "{{{acc_list(regs)}}}, "\n'
             f'          "{{%{regs}, %{regs + 1}, %{regs + 2}, %{regs + 3}}}, %{regs + 4}, p, 1, 1, 1;\\n}}\\n"')
 
 
-def specialization(ctype, ty, n):
+def specialization_macro(n):
+    """One macro per N, expanded once per input type (TY is the PTX type name, a string literal)."""
     regs = n // 2
-    out = [f"\ntemplate <>\nstruct Wgmma<{ctype}, {n}> {{"]
+    out = [f"#define FAE_WGMMA_M64N{n}(CTYPE, TY)", "template <>", f"struct Wgmma<CTYPE, {n}> {{"]
     if n in SS_N:
         out.append(
             f"  static __device__ __forceinline__ void ss(float (&d)[{regs}], uint64_t a_desc, uint64_t b_desc,\n"
             f"                                            bool accumulate) {{\n"
-            f"    asm volatile(\n          {ss_asm(n, ty, regs)}\n"
+            f"    asm volatile(\n          {ss_asm(n, regs)}\n"
             f"        : {acc_bind(regs)}\n"
             f'        : "l"(a_desc), "l"(b_desc), "r"(static_cast<int>(accumulate))\n'
             f'        : "memory");\n'
@@ -82,20 +83,24 @@ def specialization(ctype, ty, n):
         out.append(
             f"  static __device__ __forceinline__ void rs(float (&d)[{regs}], const uint32_t (&a)[4], uint64_t b_desc,\n"
             f"                                            bool accumulate) {{\n"
-            f"    asm volatile(\n          {rs_asm(n, ty, regs)}\n"
+            f"    asm volatile(\n          {rs_asm(n, regs)}\n"
             f"        : {acc_bind(regs)}\n"
             f'        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(static_cast<int>(accumulate))\n'
             f'        : "memory");\n'
             f"  }}")
     out.append("};")
-    return "\n".join(out)
+    body = "\n".join(out).split("\n")
+    width = max(len(line) for line in body) + 1
+    return "\n".join(line.ljust(width) + "\\" for line in body[:-1]) + "\n" + body[-1] + "\n"
 
 
 def main():
     parts = [HEADER]
-    for ctype, ty in TYPES.items():
-        for n in sorted(set(SS_N) | set(RS_N)):
-            parts.append(specialization(ctype, ty, n))
+    for n in sorted(set(SS_N) | set(RS_N)):
+        parts.append("\n" + specialization_macro(n))
+        for ctype, ty in TYPES.items():
+            parts.append(f'FAE_WGMMA_M64N{n}({ctype}, "{ty}")')
+        parts.append(f"#undef FAE_WGMMA_M64N{n}")
     parts.append(FOOTER)
     with open(OUT, "w") as f:
         f.write("\n".join(parts))

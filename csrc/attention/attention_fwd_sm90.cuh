@@ -1,9 +1,10 @@
 #pragma once
 // FlashAttention forward on Hopper tensor cores (wgmma, sm_90a) for fp16 and bf16. Same block grid, GQA
 // row packing, causal limits and numerics as the mma.sync kernel (attention_fwd_kernel.cuh); what changes
-// is the MMA: each warpgroup issues m64 x kBlockN x 16 (S = Q K^T, both operands from shared memory) and
-// m64 x kHeadDim x 16 (O += P V, P from registers) instructions, which read their operands straight from
-// shared memory instead of through ldmatrix into every warp.
+// is the MMA and the data movement: each consumer warpgroup issues m64 x kBlockN x 16 (S = Q K^T, both
+// operands from shared memory) and m64 x kHeadDim x 16 (O += P V, P from registers) instructions, which read
+// their operands straight from shared memory instead of through ldmatrix into every warp, and K/V tiles
+// arrive by bulk tensor copies (TMA) that a producer warpgroup issues ahead of them.
 #include <cuda.h>
 
 #include <cmath>

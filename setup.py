@@ -45,8 +45,8 @@ def _extension():
             os.environ["TORCH_CUDA_ARCH_LIST"] = "8.0;9.0a"
     arch_list = os.environ["TORCH_CUDA_ARCH_LIST"].replace(",", ";").replace(" ", ";").split(";")
     sm90a = any(a.strip().startswith("9.0a") for a in arch_list)
+    # define_macros reach the host compiler and nvcc alike (torch passes them to both).
     macros = [("FLASH_ATTN_EXT_WITH_CUDA", None)] + ([("FLASH_ATTN_EXT_SM90A", None)] if sm90a else [])
-    defines = [f"-D{name}" for name, _ in macros]
     nvcc = ["-O3", "-std=c++17", "--expt-relaxed-constexpr", "-lineinfo",
             "-U__CUDA_NO_HALF_OPERATORS__", "-U__CUDA_NO_HALF_CONVERSIONS__",
             "-U__CUDA_NO_BFLOAT16_OPERATORS__", "-U__CUDA_NO_BFLOAT16_CONVERSIONS__"]
@@ -55,7 +55,7 @@ def _extension():
     return CUDAExtension("flash_attn_ext._C", _sources("*.cpp") + _sources("*.cu"),
                          include_dirs=[os.path.join(ROOT, "csrc")],
                          define_macros=macros,
-                         extra_compile_args={"cxx": cxx + defines, "nvcc": nvcc + defines},
+                         extra_compile_args={"cxx": cxx, "nvcc": nvcc},
                          extra_link_args=["-fopenmp"])
 
 

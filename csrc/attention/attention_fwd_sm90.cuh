@@ -33,8 +33,8 @@ __device__ __forceinline__ void tma_load_box(void* smem_dst, const CUtensorMap* 
                                              int head, int batch) {
   asm volatile(
       "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, "
-      "%6}], [%2];\n" ::"r"(smem_u32(smem_dst)),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(col), "r"(row), "r"(head), "r"(batch)
+      "%6}], [%2];\n" ::"r"(smem_addr(smem_dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(col), "r"(row), "r"(head), "r"(batch)
       : "memory");
 }
 
@@ -148,7 +148,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       load_q_rows<Traits>(sQ, p, bc, wg_row0, 64 * wg, threadIdx.x % 128);
       cp_async_commit();
       cp_async_wait<0>();
-      sm90::fence_async_proxy();  // this warpgroup's Q, written by cp.async, visible to its wgmma
+      fence_async_proxy();  // this warpgroup's Q, written by cp.async, visible to its wgmma
       asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
       // This warpgroup's 64 rows of Q start 64 * 128 bytes into each atom.
       const uint64_t q_desc = sm90::smem_desc_sw128(smem_addr(sQ) + wg * 64 * 128, 16, 1024);

@@ -5,6 +5,14 @@
 
 namespace flash_attn_ext {
 
+constexpr size_t kSm90SmemLimit = 227 * 1024;  // dynamic shared memory one block may have on sm90
+
+// Shared memory of one block: Q (block_m rows), the K and V rings (stages tiles of block_n rows each), their
+// full and empty mbarriers, and 1024 bytes to re-align the start to the swizzle atoms' 1024-byte boundary.
+constexpr size_t attention_sm90_smem_bytes(int block_m, int block_n, int head_dim, int stages) {
+  return size_t(block_m + 2 * stages * block_n) * head_dim * 2 + 4 * stages * 8 + 1024;
+}
+
 template <typename T_, int kHeadDim_, int kBlockN_, int kWarpgroups_, int kStages_>
 struct AttentionFwdSm90Traits {
   using T = T_;
@@ -23,9 +31,7 @@ struct AttentionFwdSm90Traits {
   static constexpr int kRowBytes = kHeadDim * 2;
   static constexpr int kQBytes = kBlockM * kRowBytes;
   static constexpr int kTileBytes = kBlockN * kRowBytes;  // one K or one V tile
-  static constexpr int kBarrierBytes = 4 * kStages * 8;  // full and empty mbarriers of both rings
-  // + 1024: the dynamic shared memory is re-aligned to the 1024 bytes the swizzle atoms need.
-  static constexpr size_t kSmemBytes = size_t(kQBytes) + size_t(2 * kStages) * kTileBytes + kBarrierBytes + 1024;
+  static constexpr size_t kSmemBytes = attention_sm90_smem_bytes(kBlockM, kBlockN, kHeadDim, kStages);
   static constexpr int kKSteps = kHeadDim / 16;  // k16 steps of S = Q K^T
   static constexpr int kPSteps = kBlockN / 16;   // k16 steps of O += P V
 
@@ -33,17 +39,17 @@ struct AttentionFwdSm90Traits {
   static_assert(kHeadDim % 64 == 0 && kHeadDim <= 256, "head-dim tile: whole swizzle atoms, at most 256");
   static_assert(kBlockN == 64 || kBlockN == 128, "S = Q K^T is generated for N = 64 and 128");
   static_assert(kStages >= 2, "K_{j+1} loads while K_j is used");
-  static_assert(kSmemBytes <= 227 * 1024, "must fit the 227 KB of shared memory of sm90");
+  static_assert(kSmemBytes <= kSm90SmemLimit, "must fit the 227 KB of shared memory of sm90");
   static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kWarpgroups <= 65536, "register file of one SM");
 };
 
-// Two consumer warpgroups (128 query rows) share every K/V tile. 128-key tiles up to head dim 128 (S and O take 64 +
-// kHeadDim / 2 accumulator registers), 64-key tiles above it. Three stages where shared memory allows.
+// Two consumer warpgroups (128 query rows) share every K/V tile. 128-key tiles up to head dim 128 (S and O
+// take 64 + kHeadDim / 2 accumulator registers), 64-key tiles above it. Three stages where shared memory
+// allows.
 template <typename T, int kHeadDim>
 struct AttentionFwdSm90Config {
   static constexpr int kBlockN = kHeadDim <= 128 ? 128 : 64;
-  static constexpr bool kThreeFit = (128 + 6 * kBlockN) * kHeadDim * 2 + 1024 + 96 <= 227 * 1024;
-  static constexpr int kStages = kThreeFit ? 3 : 2;
+  static constexpr int kStages = attention_sm90_smem_bytes(128, kBlockN, kHeadDim, 3) <= kSm90SmemLimit ? 3 : 2;
   using Traits = AttentionFwdSm90Traits<T, kHeadDim, kBlockN, 2, kStages>;
 };
 

@@ -12,11 +12,9 @@
 
 #include <cstdint>
 
-namespace flash_attn_ext {
+#include "common/shared_memory.cuh"
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
+namespace flash_attn_ext {
 
 // Copies 16 bytes, or writes 16 zero bytes when `valid` is false (the source is then not read).
 __device__ __forceinline__ void cp_async_16(void* smem_dst, const void* gmem_src, bool valid) {

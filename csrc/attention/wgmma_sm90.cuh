@@ -1,7 +1,6 @@
 #pragma once
-// Hopper (sm_90a) building blocks of the wgmma attention kernel: shared-memory matrix descriptors, the
-// warpgroup MMA ordering instructions, the generic -> async proxy fence and named barriers. The MMAs
-// themselves are in wgmma_sm90_ops.cuh.
+// Hopper (sm_90a) building blocks of the wgmma attention kernel: the shared-memory layout and matrix
+// descriptors, and the warpgroup MMA ordering instructions. The MMAs themselves are in wgmma_sm90_ops.cuh.
 //
 // Shared-memory layout of every operand tile (Q, K and V alike): 128-byte swizzle. The tile's columns are
 // cut into atoms of 64 elements (128 bytes); atom a holds all `rows` rows of its 64 columns, 128 bytes per
@@ -44,10 +43,6 @@ template <int kPending>
 __device__ __forceinline__ void warpgroup_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
 }
-
-// Shared memory written through the generic proxy (st.shared, cp.async) becomes visible to wgmma (the async
-// proxy) only after this fence in the writing thread, followed by a barrier.
-__device__ __forceinline__ void fence_async_proxy() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
 }  // namespace sm90
 }  // namespace flash_attn_ext

@@ -12,11 +12,7 @@ namespace flash_attn_ext {
 namespace softmax {
 namespace pipe {
 
-__device__ __forceinline__ unsigned smem_addr(const void* p) { return smem_u32(p); }
-
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-// Generic-proxy accesses of shared memory before this point are ordered before later bulk copies into it.
-__device__ __forceinline__ void async_proxy_fence() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 // The single arrival of the barrier's phase, announcing `bytes` of copy transactions, then the copy that
 // completes them: the phase flips once all bytes have landed.
 __device__ __forceinline__ void bulk_load(void* dst, const void* src, unsigned bytes, uint64_t* bar) {
@@ -173,7 +169,7 @@ __global__ void __launch_bounds__(kPipeMaxThreads, 1) softmax_pipelined_rows_ker
     __syncthreads();
     if (t == 0) {
       producer.outstanding -= pieces;
-      async_proxy_fence();
+      fence_async_proxy();  // this block's reads of the slots before the bulk copies refill them
       producer.fill(p, items, ring, bars);
     }
   }

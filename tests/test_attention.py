@@ -589,8 +589,9 @@ def test_cuda_dispatch_picks_the_hopper_kernel(monkeypatch, forced, kernel):
 @pytest.mark.parametrize("d", [64, 256])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 def test_cuda_more_items_than_sms(dtype, d):
-    # non-causal with hundreds of (m block, batch, kv head) items: on the Hopper kernel each persistent block
-    # works through several items, its K/V rings running on from one item to the next
+    # non-causal with hundreds of (m block, batch, kv head) items: at head dim 64 (few keys, non-causal) the
+    # Hopper kernel's persistent blocks each work through several items, their K/V rings and double Q buffer
+    # running on from one item to the next
     check_attention(*make_qkv(3, 64, 16, 300, 257, d, dtype, "cuda"))
 
 

@@ -38,63 +38,132 @@ __device__ __forceinline__ void tma_load_box(void* smem_dst, const CUtensorMap* 
       : "memory");
 }
 
-// A consumer warpgroup's 64 rows of Q (packed: row r = query r / group of head kv_head * group + r % group,
-// so each chunk has its own address), by cp.async from its 128 threads, into the 128-byte-swizzled layout of
-// wgmma_sm90.cuh: thread i writes the chunk at position i % 8 of row (i / 8) % 64 of atom i / 512, which
-// holds chunk (i % 8) ^ (row % 8) of that atom (a warp reads 4 whole 128-byte row segments). Rows past the
-// end and columns past the head dim are zero-filled.
-template <typename Traits>
+// Named barrier `id` (1..15; 0 is __syncthreads) of `threads` threads: consumer warpgroup wg orders its own
+// Q load before its MMAs on barrier 1 + wg.
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// Rows [row_begin, row_begin + kRows) of the block's Q tile (packed: row r = query r / group of head
+// kv_head * group + r % group, so each chunk has its own address), by cp.async from kThreadsUsed threads
+// (`thread` in 0..kThreadsUsed-1), into the 128-byte-swizzled layout of wgmma_sm90.cuh: chunk i goes to
+// position i % 8 of row (i / 8) % kRows of atom i / (8 kRows), which holds chunk (i % 8) ^ (row % 8) of that
+// atom (a warp writes whole 128-byte row segments). Rows past the end and columns past the head dim are zeros.
+template <typename Traits, int kRows, int kThreadsUsed>
 __device__ __forceinline__ void load_q_rows(unsigned char* sQ, const AttentionParams& p, const BlockCoords& bc,
-                                            int wg_row0, int wg_smem_row0, int wg_thread) {
+                                            int m0, int row_begin, int thread) {
   using T = typename Traits::T;
   const T* gQ = static_cast<const T*>(p.q) + bc.batch * p.q_batch_stride;
+  constexpr int kChunks = kRows * Traits::kChunksPerRow;
 #pragma unroll
-  for (int it = 0; it < 64 * Traits::kChunksPerRow / 128; ++it) {
-    const int i = wg_thread + it * 128;
-    const int atom = i / 512, row = (i / 8) % 64, pos = i % 8;
+  for (int it = 0; it < (kChunks + kThreadsUsed - 1) / kThreadsUsed; ++it) {
+    const int i = thread + it * kThreadsUsed;
+    if (kChunks % kThreadsUsed != 0 && i >= kChunks) break;
+    const int atom = i / (8 * kRows), row = row_begin + (i / 8) % kRows, pos = i % 8;
     const int col = (atom * 8 + (pos ^ (row % 8))) * 8;
-    const int r = wg_row0 + row;
+    const int r = m0 + row;
     const bool valid = r < p.packed_rows && col < p.head_dim;
     const T* src = valid ? gQ + packed_row_offset(p, bc.kv_head, r, p.q_head_stride, p.q_row_stride) + col : gQ;
-    cp_async_16(sQ + atom * Traits::kBlockM * 128 + (wg_smem_row0 + row) * 128 + pos * 16, src, valid);
+    cp_async_16(sQ + atom * Traits::kBlockM * 128 + row * 128 + pos * 16, src, valid);
   }
 }
 
-// Shape: one block of 3 warpgroups per (m block of kBlockM = 128 packed query rows, batch, kv head).
+// Online softmax of one S tile in log2 units for this thread's two rows (accumulator layout: s[4j + 2h + e]
+// is row h, key col0 + 8j + e): scale, mask keys at or past the row's limit (kMask), update the running max
+// and sum, S <- P = exp2(S - max). alpha: the factor O must be rescaled by.
+template <int kBlockN, bool kMask>
+__device__ __forceinline__ void online_softmax_tile(float (&s)[kBlockN / 2], float (&row_max)[2], float (&row_sum)[2],
+                                                    float (&alpha)[2], float scale_log2, int col0,
+                                                    const int (&limit)[2]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float mx = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < kBlockN / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        float x = s[4 * j + 2 * h + e] * scale_log2;
+        if (kMask && col0 + 8 * j + e >= limit[h]) x = -INFINITY;
+        s[4 * j + 2 * h + e] = x;
+        mx = fmaxf(mx, x);
+      }
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
+    const float m_new = fmaxf(row_max[h], mx);
+    // A row that has seen only masked keys keeps m = -inf; exponentiate against 0 so that exp2(-inf - m) is
+    // 0 rather than NaN.
+    const float m_use = m_new == -INFINITY ? 0.f : m_new;
+    alpha[h] = fast_exp2(row_max[h] - m_use);
+    row_max[h] = m_new;
+    float sum = 0.f;
+#pragma unroll
+    for (int j = 0; j < kBlockN / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float pr = fast_exp2(s[4 * j + 2 * h + e] - m_use);
+        s[4 * j + 2 * h + e] = pr;
+        sum += pr;
+      }
+    row_sum[h] = row_sum[h] * alpha[h] + sum;
+  }
+}
+
+// Runs body(item, local) for the block's work items: item blockIdx.x alone, or (persistent) blockIdx.x,
+// + gridDim.x, ... with `local` counting them. Kept apart so the one-item kernel compiles as a straight line.
+template <bool kPersistent, typename Body>
+__device__ __forceinline__ void for_each_item(long long items, Body&& body) {
+  if constexpr (kPersistent) {
+    int local = 0;
+    for (long long item = blockIdx.x; item < items; item += gridDim.x, ++local) body(item, local);
+  } else {
+    body(static_cast<long long>(blockIdx.x), 0);
+  }
+}
+
+// Shape: one work item per (m block of kBlockM = 64 * kWarpgroups packed query rows, batch, kv head); a block
+// of kWarpgroups + 1 warpgroups takes one item, or (kPersistent) items blockIdx.x, + gridDim.x, ...
 // Warpgroup 0 is the producer: one thread streams K and V tiles into two rings of kStages shared-memory tiles
-// by bulk tensor copies (TMA), each stage with a "full" barrier (copies landed) and an "empty" barrier (both
-// consumers done with it). Warpgroups 1 and 2 are the consumers: warpgroup 1 + w owns rows 64w..64w+63 and,
-// inside it, warp v rows 16v..16v+15 (thread: rows 16v + lane/4 and + 8, as in the mma.sync C layout); each
-// computes S = Q K^T for its rows, the online softmax in registers, and O += P V, overlapping the softmax of
-// one tile with the P V of the previous one. The consumers never meet at a barrier, so one's softmax can run
-// under the other's MMAs.
+// by bulk tensor copies (TMA), each stage with a "full" barrier (copies landed) and an "empty" barrier (all
+// consumers done with it); the rings and their phases run on across items (`slot` counts the tiles
+// streamed so far), so the next item's first tiles arrive while the consumers finish the current one. A
+// persistent block also double-buffers Q: warps 1-3 of the producer load the next item's Q by cp.async while
+// the consumers work on the current one. The other warpgroups are consumers: warpgroup 1 + w owns rows
+// 64w..64w+63 and, inside it, warp v rows 16v..16v+15 (thread: rows 16v + lane/4 and + 8, as in the mma.sync
+// C layout); each computes S = Q K^T for its rows, the online softmax in registers, and O += P V,
+// overlapping the softmax of one tile with the P V of the previous one. Consumers never meet at a block
+// barrier, so one's softmax can run under another's MMAs.
 template <typename Traits>
-__global__ void __launch_bounds__(Traits::kThreads, 1)
+__global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
     attention_fwd_sm90_kernel(const AttentionParams p, const __grid_constant__ CUtensorMap k_map,
                               const __grid_constant__ CUtensorMap v_map) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using T = typename Traits::T;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
   constexpr int kStages = Traits::kStages;
+  constexpr bool kPersistent = Traits::kPersistent;
 
   extern __shared__ __align__(128) unsigned char smem_raw[];
   unsigned char* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);  // swizzle atoms: 1024-aligned
-  unsigned char* sQ = smem;                                   // (kBlockM, kHeadDim)
-  unsigned char* sK = sQ + Traits::kQBytes;                   // ring of kStages (kBlockN, kHeadDim) K tiles
+  unsigned char* sQ = smem;                                   // kQBuffers x (kBlockM, kHeadDim)
+  unsigned char* sK = sQ + Traits::kQBuffers * Traits::kQBytes;  // ring of kStages (kBlockN, kHeadDim) K tiles
   unsigned char* sV = sK + kStages * Traits::kTileBytes;      // ring of kStages (kBlockN, kHeadDim) V tiles
   uint64_t* full_k = reinterpret_cast<uint64_t*>(sV + kStages * Traits::kTileBytes);
   uint64_t* full_v = full_k + kStages;
   uint64_t* empty_k = full_v + kStages;
   uint64_t* empty_v = empty_k + kStages;
+  uint64_t* q_full = empty_v + kStages;  // persistent only: Q buffer landed / free again
+  uint64_t* q_empty = q_full + Traits::kQBuffers;
+  constexpr int kQLoaders = 96;  // persistent: producer warps 1-3 load Q
 
   const int m_blocks = (p.packed_rows + kBlockM - 1) / kBlockM;
-  const BlockCoords bc = block_coords(p, m_blocks);
-  const int m0 = bc.m_block * kBlockM;
-  // Key tiles: up to the largest causal limit of the block's rows. Both consumers run every tile: a wgmma
-  // under a branch the compiler cannot prove warpgroup-uniform gets serialized (ptxas C7520), which costs
-  // far more than the at most one fully masked tile the first consumer computes.
-  const int n_end = key_limit(p, min(m0 + kBlockM, p.packed_rows) - 1);
-  const int n_tiles = n_end > 0 ? (n_end + kBlockN - 1) / kBlockN : 0;
+  const long long items = static_cast<long long>(m_blocks) * p.batch * p.heads_kv;
+  // Key tiles of the item starting at packed row m0: up to the largest causal limit of its rows. All
+  // consumers run every tile: a wgmma under a branch the compiler cannot prove warpgroup-uniform gets
+  // serialized (ptxas C7520), which costs far more than the at most one fully masked tile the first computes.
+  auto key_tiles = [&](int m0) {
+    const int n_end = key_limit(p, min(m0 + kBlockM, p.packed_rows) - 1);
+    return n_end > 0 ? (n_end + kBlockN - 1) / kBlockN : 0;
+  };
 
   if (threadIdx.x == 0) {
     for (int i = 0; i < kStages; ++i) {
@@ -103,6 +172,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       mbarrier_init(empty_k + i, 4 * Traits::kWarpgroups);  // one arrival per consumer warp
       mbarrier_init(empty_v + i, 4 * Traits::kWarpgroups);
     }
+    if constexpr (kPersistent) {
+      for (int i = 0; i < Traits::kQBuffers; ++i) {
+        mbarrier_init(q_full + i, kQLoaders);  // each loader's cp.async arrival
+        mbarrier_init(q_empty + i, 4 * Traits::kWarpgroups);
+      }
+    }
     mbarrier_init_fence();
   }
   __syncthreads();
@@ -110,9 +185,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   if (threadIdx.x < 128) {  // producer warpgroup
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Traits::kProducerRegs));
     if (threadIdx.x == 0) {
+      int slot = 0;  // ring slot of the next tile: stage slot % kStages, use slot / kStages
       // Tile `tile` of K or V into its ring stage, once the consumers have released the stage's previous use.
-      auto fill = [&](unsigned char* ring, const CUtensorMap* map, uint64_t* full, uint64_t* empty, int tile) {
-        const int stage = tile % kStages, use = tile / kStages;
+      auto fill = [&](unsigned char* ring, const CUtensorMap* map, uint64_t* full, uint64_t* empty,
+                      const BlockCoords& bc, int tile) {
+        const int stage = slot % kStages, use = slot / kStages;
         if (use > 0) mbarrier_wait(empty + stage, (use - 1) & 1);
         mbarrier_arrive_expect_tx(full + stage, Traits::kTileBytes);
 #pragma unroll
@@ -121,183 +198,197 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
                        tile * kBlockN, bc.kv_head, bc.batch);
         }
       };
-      // K_j, then V_j: V_j is used one step after K_j, and its stage frees one step later too.
-      for (int tile = 0; tile < n_tiles; ++tile) {
-        fill(sK, &k_map, full_k, empty_k, tile);
-        fill(sV, &v_map, full_v, empty_v, tile);
-      }
+      for_each_item<kPersistent>(items, [&](long long item, int) {
+        const BlockCoords bc = block_coords(p, m_blocks, item);
+        const int n_tiles = key_tiles(bc.m_block * kBlockM);
+        // K_j, then V_j: V_j is used one step after K_j, and its stage frees one step later too.
+        for (int tile = 0; tile < n_tiles; ++tile, ++slot) {
+          fill(sK, &k_map, full_k, empty_k, bc, tile);
+          fill(sV, &v_map, full_v, empty_v, bc, tile);
+        }
+      });
+    } else if (kPersistent && threadIdx.x >= 32) {
+      for_each_item<kPersistent>(items, [&](long long item, int local) {
+        const BlockCoords bc = block_coords(p, m_blocks, item);
+        const int buf = local % Traits::kQBuffers, use = local / Traits::kQBuffers;
+        if (use > 0) mbarrier_wait(q_empty + buf, (use - 1) & 1);
+        load_q_rows<Traits, kBlockM, kQLoaders>(sQ + buf * Traits::kQBytes, p, bc, bc.m_block * kBlockM, 0,
+                                                threadIdx.x - 32);
+        cp_async_mbarrier_arrive_noinc(q_full + buf);
+      });
     }
   } else {  // consumer warpgroups
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Traits::kConsumerRegs));
     const int wg = threadIdx.x / 128 - 1, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
     const int g = lane / 4, t = lane % 4;
-    const int wg_row0 = m0 + 64 * wg;
-    const int wg_unmasked_end = max(key_limit(p, wg_row0), 0);  // tiles below it need no mask
-    const int row0 = wg_row0 + 16 * warp + g;  // this thread's rows: row0 and row0 + 8
-    const int limit[2] = {key_limit(p, row0), key_limit(p, row0 + 8)};
+    int slot0 = 0;  // ring slot of the current item's first tile
 
-    float o[kHeadDim / 2];  // O accumulator (wgmma accumulator layout)
-    float row_max[2] = {-INFINITY, -INFINITY};  // running max of scaled scores, log2 units
-    float row_sum[2] = {0.f, 0.f};              // this thread's share of the running sum; quad-reduced at the end
-#pragma unroll
-    for (int i = 0; i < kHeadDim / 2; ++i) o[i] = 0.f;
-
-    // Software pipeline: step j issues S_j = Q K_j^T and O += P_{j-1} V_{j-1} together, then computes the
-    // softmax of S_j while the tensor cores run P_{j-1} V_{j-1}; O is rescaled once that MMA is done.
-    if (n_tiles > 0) {
-      load_q_rows<Traits>(sQ, p, bc, wg_row0, 64 * wg, threadIdx.x % 128);
-      cp_async_commit();
-      cp_async_wait<0>();
-      fence_async_proxy();  // this warpgroup's Q, written by cp.async, visible to its wgmma
-      asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
-      // This warpgroup's 64 rows of Q start 64 * 128 bytes into each atom.
-      const uint64_t q_desc = sm90::smem_desc_sw128(smem_addr(sQ) + wg * 64 * 128, 16, 1024);
-      uint32_t a[Traits::kPSteps][4];  // P_{j-1}: A operand of O += P V, in the mma.sync A layout
-
-      auto wait_full = [&](uint64_t* ring, int tile) { mbarrier_wait(ring + tile % kStages, (tile / kStages) & 1); };
-      auto release = [&](uint64_t* ring, int tile) {  // this warp is done with the tile's stage
-        if (lane == 0) mbarrier_arrive(ring + tile % kStages);
-      };
-    auto issue_s = [&](float (&s)[kBlockN / 2], int tile) {  // S = Q K^T
-      const uint64_t k_desc = sm90::smem_desc_sw128(smem_addr(sK + (tile % kStages) * Traits::kTileBytes), 16, 1024);
-#pragma unroll
-      for (int ks = 0; ks < Traits::kKSteps; ++ks) {  // k16 step ks: atom ks / 4, 32 bytes per step inside it
-        sm90::Wgmma<T, kBlockN>::ss(s, sm90::desc_advance(q_desc, (ks / 4) * kBlockM * 128 + (ks % 4) * 32),
-                                    sm90::desc_advance(k_desc, (ks / 4) * kBlockN * 128 + (ks % 4) * 32), ks > 0);
-      }
-      sm90::warpgroup_commit();
+    auto wait_full = [&](uint64_t* ring, int slot) { mbarrier_wait(ring + slot % kStages, (slot / kStages) & 1); };
+    auto release = [&](uint64_t* ring, int slot) {  // this warp is done with the slot's stage
+      if (lane == 0) mbarrier_arrive(ring + slot % kStages);
     };
-    auto issue_pv = [&](int tile) {  // O += P V
-      const uint64_t v_desc =
-          sm90::smem_desc_sw128(smem_addr(sV + (tile % kStages) * Traits::kTileBytes), kBlockN * 128, 1024);
+
+    for_each_item<kPersistent>(items, [&](long long item, int local) {
+      const BlockCoords bc = block_coords(p, m_blocks, item);
+      const int m0 = bc.m_block * kBlockM;
+      const int n_tiles = key_tiles(m0);
+      const int wg_row0 = m0 + 64 * wg;
+      const int wg_unmasked_end = max(key_limit(p, wg_row0), 0);  // tiles below it need no mask
+      const int row0 = wg_row0 + 16 * warp + g;  // this thread's rows: row0 and row0 + 8
+      const int limit[2] = {key_limit(p, row0), key_limit(p, row0 + 8)};
+      const int qbuf = local % Traits::kQBuffers;
+      unsigned char* sQb = sQ + qbuf * Traits::kQBytes;
+
+      float o[kHeadDim / 2];  // O accumulator (wgmma accumulator layout)
+      float row_max[2] = {-INFINITY, -INFINITY};  // running max of scaled scores, log2 units
+      float row_sum[2] = {0.f, 0.f};              // this thread's share of the running sum; quad-reduced at the end
 #pragma unroll
-      for (int kk = 0; kk < Traits::kPSteps; ++kk) {
-        sm90::Wgmma<T, kHeadDim>::rs(o, a[kk], sm90::desc_advance(v_desc, kk * 2048), true);  // 16 keys per step
+      for (int i = 0; i < kHeadDim / 2; ++i) o[i] = 0.f;
+
+      if constexpr (kPersistent) {
+        mbarrier_wait(q_full + qbuf, (local / Traits::kQBuffers) & 1);
+        fence_async_proxy();  // Q, written by the loaders' cp.async, visible to this warpgroup's wgmma
       }
-      sm90::warpgroup_commit();
-    };
-    // Online softmax of S_tile in log2 units: scale, mask, update the running max and sum, S <- P = exp2;
-    // alpha: the factor O must be rescaled by, once no P V is in flight.
-    auto softmax = [&](float (&s)[kBlockN / 2], int tile, float (&alpha)[2]) {
-      const int n0 = tile * kBlockN;
-      const bool need_mask = n0 + kBlockN > wg_unmasked_end;
+      // Software pipeline: step j issues S_j = Q K_j^T and O += P_{j-1} V_{j-1} together, then computes the
+      // softmax of S_j while the tensor cores run P_{j-1} V_{j-1}; O is rescaled once that MMA is done.
+      if (n_tiles > 0) {
+        if constexpr (!kPersistent) {
+          load_q_rows<Traits, 64, 128>(sQb, p, bc, m0, 64 * wg, threadIdx.x % 128);
+          cp_async_commit();
+          cp_async_wait<0>();
+          fence_async_proxy();  // this warpgroup's Q, written by cp.async, visible to its wgmma
+          named_barrier_sync(1 + wg, 128);
+        }
+        // This warpgroup's 64 rows of Q start 64 * 128 bytes into each atom.
+        const uint64_t q_desc = sm90::smem_desc_sw128(smem_addr(sQb) + wg * 64 * 128, 16, 1024);
+        uint32_t a[Traits::kPSteps][4];  // P_{j-1}: A operand of O += P V, in the mma.sync A layout
+
+        auto issue_s = [&](float (&s)[kBlockN / 2], int slot) {  // S = Q K^T, K in ring slot `slot`
+          const uint64_t k_desc =
+              sm90::smem_desc_sw128(smem_addr(sK + (slot % kStages) * Traits::kTileBytes), 16, 1024);
+#pragma unroll
+          for (int ks = 0; ks < Traits::kKSteps; ++ks) {  // k16 step ks: atom ks / 4, 32 bytes per step inside it
+            sm90::Wgmma<T, kBlockN>::ss(s, sm90::desc_advance(q_desc, (ks / 4) * kBlockM * 128 + (ks % 4) * 32),
+                                        sm90::desc_advance(k_desc, (ks / 4) * kBlockN * 128 + (ks % 4) * 32),
+                                        ks > 0);
+          }
+          sm90::warpgroup_commit();
+        };
+        auto issue_pv = [&](int slot) {  // O += P V, V in ring slot `slot`
+          const uint64_t v_desc =
+              sm90::smem_desc_sw128(smem_addr(sV + (slot % kStages) * Traits::kTileBytes), kBlockN * 128, 1024);
+#pragma unroll
+          for (int kk = 0; kk < Traits::kPSteps; ++kk) {
+            sm90::Wgmma<T, kHeadDim>::rs(o, a[kk], sm90::desc_advance(v_desc, kk * 2048), true);  // 16 keys per step
+          }
+          sm90::warpgroup_commit();
+        };
+        // Online softmax of S_tile. 128-key tiles apply the key mask only where the tile reaches a row's limit
+        // (a branch the warpgroup takes together, around no wgmma): the masked form costs a compare and a
+        // select per score, which ncu showed as the busiest pipe (ALU 47 %, above the exponentials' 43 %) at
+        // head dim 64. 64-key tiles (head dims above 128) measured 4 % slower with the branch: always masked.
+        auto softmax = [&](float (&s)[kBlockN / 2], int tile, float (&alpha)[2]) {
+          const int n0 = tile * kBlockN;
+          if (kBlockN < 128 || n0 + kBlockN > wg_unmasked_end) {
+            online_softmax_tile<kBlockN, true>(s, row_max, row_sum, alpha, p.scale_log2, n0 + 2 * t, limit);
+          } else {
+            online_softmax_tile<kBlockN, false>(s, row_max, row_sum, alpha, p.scale_log2, n0 + 2 * t, limit);
+          }
+        };
+        // After the step's MMAs: O *= alpha, and P (fp32 in s) packed into the A operand of the next P V.
+        auto rescale_and_pack = [&](const float (&s)[kBlockN / 2], const float (&alpha)[2]) {
+#pragma unroll
+          for (int j = 0; j < kHeadDim / 8; ++j) {
+            o[4 * j] *= alpha[0];
+            o[4 * j + 1] *= alpha[0];
+            o[4 * j + 2] *= alpha[1];
+            o[4 * j + 3] *= alpha[1];
+          }
+#pragma unroll
+          for (int kk = 0; kk < Traits::kPSteps; ++kk)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) a[kk][e] = pack2<T>(s[8 * kk + 2 * e], s[8 * kk + 2 * e + 1]);
+        };
+
+        {  // step 0: S_0 alone
+          float s[kBlockN / 2], alpha[2];
+          wait_full(full_k, slot0);
+          sm90::warpgroup_fence();
+          issue_s(s, slot0);
+          sm90::warpgroup_wait<0>();
+          release(empty_k, slot0);
+          softmax(s, 0, alpha);
+          rescale_and_pack(s, alpha);
+        }
+        for (int tile = 1; tile < n_tiles; ++tile) {  // S_tile, and P V of tile - 1 under its softmax
+          float s[kBlockN / 2], alpha[2];
+          wait_full(full_k, slot0 + tile);
+          wait_full(full_v, slot0 + tile - 1);
+          sm90::warpgroup_fence();
+          issue_s(s, slot0 + tile);
+          issue_pv(slot0 + tile - 1);
+          sm90::warpgroup_wait<1>();  // S done; P V may still run
+          release(empty_k, slot0 + tile);
+          softmax(s, tile, alpha);
+          sm90::warpgroup_wait<0>();  // P V done: O and the registers of P are free
+          release(empty_v, slot0 + tile - 1);
+          rescale_and_pack(s, alpha);
+        }
+        {  // last step: P V of the last tile
+          wait_full(full_v, slot0 + n_tiles - 1);
+          sm90::warpgroup_fence();
+          issue_pv(slot0 + n_tiles - 1);
+          sm90::warpgroup_wait<0>();
+          release(empty_v, slot0 + n_tiles - 1);
+        }
+      }
+      slot0 += n_tiles;
+
+      // Epilogue: O / l and lse = m ln2 + ln l; a row that saw no key gets 0 and -inf.
+      float inv_sum[2];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        float mx = -INFINITY;
-#pragma unroll
-        for (int j = 0; j < kBlockN / 8; ++j)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            float x = s[4 * j + 2 * h + e] * p.scale_log2;
-            if (need_mask && n0 + 8 * j + 2 * t + e >= limit[h]) x = -INFINITY;
-            s[4 * j + 2 * h + e] = x;
-            mx = fmaxf(mx, x);
-          }
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
-        const float m_new = fmaxf(row_max[h], mx);
-        // A row that has seen only masked keys keeps m = -inf; exponentiate against 0 so that
-        // exp2(-inf - m) is 0 rather than NaN.
-        const float m_use = m_new == -INFINITY ? 0.f : m_new;
-        alpha[h] = fast_exp2(row_max[h] - m_use);
-        row_max[h] = m_new;
-        float sum = 0.f;
-#pragma unroll
-        for (int j = 0; j < kBlockN / 8; ++j)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const float pr = fast_exp2(s[4 * j + 2 * h + e] - m_use);
-            s[4 * j + 2 * h + e] = pr;
-            sum += pr;
-          }
-        row_sum[h] = row_sum[h] * alpha[h] + sum;
+        float l = row_sum[h];
+        l += __shfl_xor_sync(0xffffffff, l, 1);
+        l += __shfl_xor_sync(0xffffffff, l, 2);
+        inv_sum[h] = l == 0.f ? 0.f : 1.f / l;  // NaN inputs stay NaN
+        const int r = row0 + 8 * h;
+        if (t == 0 && r < p.packed_rows) {
+          p.lse[lse_index(p, bc.batch, bc.kv_head, r)] =
+              l == 0.f ? -INFINITY : row_max[h] * attention_fwd::kLn2 + logf(l);
+        }
       }
-    };
-    // After the step's MMAs: O *= alpha, and P (fp32 in s) packed into the A operand of the next P V.
-    auto rescale_and_pack = [&](const float (&s)[kBlockN / 2], const float (&alpha)[2]) {
-#pragma unroll
-      for (int j = 0; j < kHeadDim / 8; ++j) {
-        o[4 * j] *= alpha[0];
-        o[4 * j + 1] *= alpha[0];
-        o[4 * j + 2] *= alpha[1];
-        o[4 * j + 3] *= alpha[1];
-      }
-#pragma unroll
-      for (int kk = 0; kk < Traits::kPSteps; ++kk)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) a[kk][e] = pack2<T>(s[8 * kk + 2 * e], s[8 * kk + 2 * e + 1]);
-    };
 
-      {  // step 0: S_0 alone
-        float s[kBlockN / 2], alpha[2];
-        wait_full(full_k, 0);
-        sm90::warpgroup_fence();
-        issue_s(s, 0);
-        sm90::warpgroup_wait<0>();
-        release(empty_k, 0);
-        softmax(s, 0, alpha);
-        rescale_and_pack(s, alpha);
-      }
-      for (int tile = 1; tile < n_tiles; ++tile) {  // S_tile, and P V of tile - 1 under its softmax
-        float s[kBlockN / 2], alpha[2];
-        wait_full(full_k, tile);
-        wait_full(full_v, tile - 1);
-        sm90::warpgroup_fence();
-        issue_s(s, tile);
-        issue_pv(tile - 1);
-        sm90::warpgroup_wait<1>();  // S done; P V may still run
-        release(empty_k, tile);
-        softmax(s, tile, alpha);
-        sm90::warpgroup_wait<0>();  // P V done: O and the registers of P are free
-        release(empty_v, tile - 1);
-        rescale_and_pack(s, alpha);
-      }
-      {  // last step: P V of the last tile
-        wait_full(full_v, n_tiles - 1);
-        sm90::warpgroup_fence();
-        issue_pv(n_tiles - 1);
-        sm90::warpgroup_wait<0>();
-      }
-    }
-
-    // Epilogue: O / l and lse = m ln2 + ln l; a row that saw no key gets 0 and -inf.
-    float inv_sum[2];
+      // Stage this warp's 16 rows of O through its own rows of the Q buffer (swizzled: no bank conflicts
+      // either way; no other warp reads them, and every wgmma reading them has completed), then write
+      // 16-byte chunks.
+      const int warp_row = 64 * wg + 16 * warp;  // first row of this warp within the block
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float l = row_sum[h];
-      l += __shfl_xor_sync(0xffffffff, l, 1);
-      l += __shfl_xor_sync(0xffffffff, l, 2);
-      inv_sum[h] = l == 0.f ? 0.f : 1.f / l;  // NaN inputs stay NaN
-      const int r = row0 + 8 * h;
-      if (t == 0 && r < p.packed_rows) {
-        p.lse[lse_index(p, bc.batch, bc.kv_head, r)] = l == 0.f ? -INFINITY : row_max[h] * attention_fwd::kLn2 + logf(l);
-      }
-    }
-
-    // Stage this warp's 16 rows of O through its own rows of sQ (swizzled: no bank conflicts either way; no
-    // other warp reads them, and every wgmma reading them has completed), then write 16-byte chunks.
-    const int warp_row = 64 * wg + 16 * warp;  // first row of this warp within the block
+      for (int h = 0; h < 2; ++h)
 #pragma unroll
-    for (int h = 0; h < 2; ++h)
+        for (int j = 0; j < kHeadDim / 8; ++j) {
+          *reinterpret_cast<uint32_t*>(sQb + sm90::sw128_offset(kBlockM, warp_row + g + 8 * h, j) + t * 4) =
+              pack2<T>(o[4 * j + 2 * h] * inv_sum[h], o[4 * j + 2 * h + 1] * inv_sum[h]);
+        }
+      __syncwarp();
+      T* gO = static_cast<T*>(p.out) + bc.batch * p.o_batch_stride;
 #pragma unroll
-      for (int j = 0; j < kHeadDim / 8; ++j) {
-        *reinterpret_cast<uint32_t*>(sQ + sm90::sw128_offset(kBlockM, warp_row + g + 8 * h, j) + t * 4) =
-            pack2<T>(o[4 * j + 2 * h] * inv_sum[h], o[4 * j + 2 * h + 1] * inv_sum[h]);
+      for (int it = 0; it < Traits::kAtoms * 4; ++it) {
+        const int i = lane + 32 * it;  // atom i / 128, row (i / 8) % 16 of the warp, position i % 8
+        const int row = warp_row + (i / 8) % 16;
+        const int col = ((i / 128) * 8 + ((i % 8) ^ (row % 8))) * 8;
+        const int r = m0 + row;
+        if (r < p.packed_rows && col < p.head_dim) {
+          T* dst = gO + packed_row_offset(p, bc.kv_head, r, p.o_head_stride, p.o_row_stride) + col;
+          *reinterpret_cast<uint4*>(dst) =
+              *reinterpret_cast<const uint4*>(sQb + (i / 128) * kBlockM * 128 + row * 128 + (i % 8) * 16);
+        }
       }
-    __syncwarp();
-    T* gO = static_cast<T*>(p.out) + bc.batch * p.o_batch_stride;
-#pragma unroll
-    for (int it = 0; it < Traits::kAtoms * 4; ++it) {
-      const int i = lane + 32 * it;              // atom i / 128, row (i / 8) % 16 of the warp, position i % 8
-      const int row = warp_row + (i / 8) % 16;
-      const int col = ((i / 128) * 8 + ((i % 8) ^ (row % 8))) * 8;
-      const int r = m0 + row;
-      if (r < p.packed_rows && col < p.head_dim) {
-        T* dst = gO + packed_row_offset(p, bc.kv_head, r, p.o_head_stride, p.o_row_stride) + col;
-        *reinterpret_cast<uint4*>(dst) =
-            *reinterpret_cast<const uint4*>(sQ + (i / 128) * kBlockM * 128 + row * 128 + (i % 8) * 16);
+      if constexpr (kPersistent) {  // this warp's rows of the Q buffer are free for a later item's Q
+        __syncwarp();
+        if (lane == 0) mbarrier_arrive(q_empty + qbuf);
       }
-    }
+    });
   }
 #endif
 }

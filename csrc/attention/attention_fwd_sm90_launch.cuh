@@ -5,6 +5,7 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <climits>
 #include <type_traits>
 
@@ -15,9 +16,9 @@
 
 namespace flash_attn_ext {
 
-template <typename T, int kHeadDim>
-bool run_attention_fwd_sm90(const AttentionParams& p, cudaStream_t stream) {
-  using Traits = typename AttentionFwdSm90Config<T, kHeadDim>::Traits;
+template <typename Traits>
+bool launch_attention_fwd_sm90(const AttentionParams& p, cudaStream_t stream) {
+  using T = typename Traits::T;
   TORCH_CHECK(p.num_splits == 1, "flash_attn_ext.attention: the sm90 kernel does not split keys");
   // K and V as (head dim, Sk, Hk, B) for the bulk tensor copies; boxes of 64 columns x kBlockN keys.
   constexpr bool kBf16 = std::is_same<T, __nv_bfloat16>::value;
@@ -36,11 +37,30 @@ bool run_attention_fwd_sm90(const AttentionParams& p, cudaStream_t stream) {
   constexpr int kSmem = static_cast<int>(Traits::kSmemBytes);
   FAE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   const int64_t m_blocks = (p.packed_rows + Traits::kBlockM - 1) / Traits::kBlockM;
-  const int64_t blocks = m_blocks * p.batch * p.heads_kv;
+  int64_t blocks = m_blocks * p.batch * p.heads_kv;  // work items
+  if constexpr (Traits::kPersistent) {  // as many blocks as fit at once, each looping over items
+    int per_sm = 0;
+    FAE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Traits::kThreads, kSmem));
+    const int64_t resident = int64_t(std::max(per_sm, 1)) * at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+    blocks = std::min(blocks, resident);
+  }
   TORCH_CHECK(blocks <= INT_MAX, "flash_attn_ext.attention: problem too large (", blocks, " thread blocks)");
   kernel<<<static_cast<unsigned>(blocks), Traits::kThreads, kSmem, stream>>>(p, k_map, v_map);
   FAE_LAUNCH_CHECK();
   return true;
+}
+
+template <typename T, int kHeadDim>
+bool run_attention_fwd_sm90(const AttentionParams& p, cudaStream_t stream) {
+  using Config = AttentionFwdSm90Config<T, kHeadDim>;
+  if constexpr (Config::kHasPersistent) {
+    // Causal items differ in length, and blocks striding over them would not share the work evenly.
+    const int64_t key_tiles = (int64_t(p.seqlen_k) + Config::kBlockN - 1) / Config::kBlockN;
+    if (!p.causal && key_tiles <= Config::kPersistentMaxTiles) {
+      return launch_attention_fwd_sm90<typename Config::Persistent>(p, stream);
+    }
+  }
+  return launch_attention_fwd_sm90<typename Config::Traits>(p, stream);
 }
 
 }  // namespace flash_attn_ext

@@ -5,33 +5,43 @@
 
 namespace flash_attn_ext {
 
-constexpr size_t kSm90SmemLimit = 227 * 1024;  // dynamic shared memory one block may have on sm90
+constexpr size_t kSm90SmemLimit = 227 * 1024;   // dynamic shared memory one block may have on sm90
+constexpr size_t kSm90SmemPerSm = 228 * 1024;   // shared memory of one SM, 1 KB of it reserved per resident block
 
-// Shared memory of one block: Q (block_m rows), the K and V rings (stages tiles of block_n rows each), their
-// full and empty mbarriers, and 1024 bytes to re-align the start to the swizzle atoms' 1024-byte boundary.
-constexpr size_t attention_sm90_smem_bytes(int block_m, int block_n, int head_dim, int stages) {
-  return size_t(block_m + 2 * stages * block_n) * head_dim * 2 + 4 * stages * 8 + 1024;
+// Shared memory of one block: Q (q_buffers tiles of block_m rows), the K and V rings (stages tiles of block_n
+// rows each), their full and empty mbarriers (and the Q buffers' pair), and 1024 bytes to re-align the start
+// to the swizzle atoms' 1024-byte boundary.
+constexpr size_t attention_sm90_smem_bytes(int block_m, int block_n, int head_dim, int stages, int q_buffers = 1) {
+  return size_t(q_buffers * block_m + 2 * stages * block_n) * head_dim * 2 + (4 * stages + 2 * q_buffers) * 8 + 1024;
 }
 
-template <typename T_, int kHeadDim_, int kBlockN_, int kWarpgroups_, int kStages_>
+template <typename T_, int kHeadDim_, int kBlockN_, int kWarpgroups_, int kStages_, bool kPersistent_ = false>
 struct AttentionFwdSm90Traits {
   using T = T_;
   static constexpr int kHeadDim = kHeadDim_;        // tile width; the real head dim is <= this, zero-padded
   static constexpr int kBlockN = kBlockN_;          // keys per K/V tile
   static constexpr int kWarpgroups = kWarpgroups_;  // consumers, each owning 64 packed query rows
   static constexpr int kStages = kStages_;          // depth of the K ring and of the V ring
+  // Blocks stay resident and take items blockIdx.x, + gridDim.x, ...: the next item's Q (double-buffered)
+  // and first K/V tiles load while the current one finishes.
+  static constexpr bool kPersistent = kPersistent_;
+  static constexpr int kQBuffers = kPersistent ? 2 : 1;
   static constexpr int kBlockM = 64 * kWarpgroups;
   static constexpr int kThreads = 128 * (kWarpgroups + 1);  // + the producer warpgroup (warpgroup 0)
-  // setmaxnreg budgets: the producer gives registers back so the consumers can hold S, P and O.
-  static constexpr int kProducerRegs = 24;
-  static constexpr int kConsumerRegs = 240;
+  // One consumer warpgroup: two blocks per SM, so one block's fill and epilogue run under the other's loop.
+  static constexpr int kMinBlocksPerSm = kWarpgroups == 1 ? 2 : 1;
+  // setmaxnreg budgets: the producer gives registers back so the consumers can hold S, P and O; the
+  // consumers take what a block's share of the register file leaves (multiples of 8, at most 240).
+  static constexpr int kProducerRegs = kPersistent ? 56 : 24;  // persistent: three warps also load Q
+  static constexpr int kConsumerRegsFit = (65536 / kMinBlocksPerSm - 128 * kProducerRegs) / (128 * kWarpgroups) / 8 * 8;
+  static constexpr int kConsumerRegs = kConsumerRegsFit < 240 ? kConsumerRegsFit : 240;
 
   static constexpr int kChunksPerRow = kHeadDim / 8;  // 16-byte chunks per row
   static constexpr int kAtoms = kHeadDim / 64;       // 128-byte swizzle atoms per row (wgmma_sm90.cuh)
   static constexpr int kRowBytes = kHeadDim * 2;
   static constexpr int kQBytes = kBlockM * kRowBytes;
   static constexpr int kTileBytes = kBlockN * kRowBytes;  // one K or one V tile
-  static constexpr size_t kSmemBytes = attention_sm90_smem_bytes(kBlockM, kBlockN, kHeadDim, kStages);
+  static constexpr size_t kSmemBytes = attention_sm90_smem_bytes(kBlockM, kBlockN, kHeadDim, kStages, kQBuffers);
   static constexpr int kKSteps = kHeadDim / 16;  // k16 steps of S = Q K^T
   static constexpr int kPSteps = kBlockN / 16;   // k16 steps of O += P V
 
@@ -40,17 +50,28 @@ struct AttentionFwdSm90Traits {
   static_assert(kBlockN == 64 || kBlockN == 128, "S = Q K^T is generated for N = 64 and 128");
   static_assert(kStages >= 2, "K_{j+1} loads while K_j is used");
   static_assert(kSmemBytes <= kSm90SmemLimit, "must fit the 227 KB of shared memory of sm90");
-  static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kWarpgroups <= 65536, "register file of one SM");
+  static_assert(kMinBlocksPerSm * (kSmemBytes + 1024) <= kSm90SmemPerSm, "kMinBlocksPerSm blocks fit one SM");
 };
 
-// Two consumer warpgroups (128 query rows) share every K/V tile. 128-key tiles up to head dim 128 (S and O
-// take 64 + kHeadDim / 2 accumulator registers), 64-key tiles above it. Three stages where shared memory
-// allows.
+// Head dim 64: one consumer warpgroup (64 query rows) per block and two blocks per SM, so one block's fill
+// and epilogue run under the other's main loop (+2-8 % over two warpgroups sharing each K/V tile in one
+// block, 1.04x at S = 512). Short non-causal key ranges (at most kPersistentMaxTiles tiles per item) take the
+// persistent form: the next item's Q and first K/V tiles load under the current item; its double Q buffer
+// leaves room for two stages only, which costs 1-3 % on long items. Larger head dims: two consumer
+// warpgroups (128 query rows) share every K/V tile (one block per SM). 128-key tiles up to head dim 128 (S
+// and O take 64 + kHeadDim / 2 accumulator registers), 64-key tiles above it. Three stages where shared
+// memory allows.
 template <typename T, int kHeadDim>
 struct AttentionFwdSm90Config {
   static constexpr int kBlockN = kHeadDim <= 128 ? 128 : 64;
-  static constexpr int kStages = attention_sm90_smem_bytes(128, kBlockN, kHeadDim, 3) <= kSm90SmemLimit ? 3 : 2;
-  using Traits = AttentionFwdSm90Traits<T, kHeadDim, kBlockN, 2, kStages>;
+  static constexpr int kWarpgroups = kHeadDim == 64 ? 1 : 2;
+  static constexpr int kBlocksPerSm = kWarpgroups == 1 ? 2 : 1;
+  static constexpr int kStages =
+      kBlocksPerSm * (attention_sm90_smem_bytes(64 * kWarpgroups, kBlockN, kHeadDim, 3) + 1024) <= kSm90SmemPerSm ? 3 : 2;
+  using Traits = AttentionFwdSm90Traits<T, kHeadDim, kBlockN, kWarpgroups, kStages>;
+  static constexpr bool kHasPersistent = kWarpgroups == 1;
+  static constexpr int kPersistentMaxTiles = 8;
+  using Persistent = AttentionFwdSm90Traits<T, kHeadDim, kBlockN, 1, 2, /*kPersistent=*/true>;
 };
 
 }  // namespace flash_attn_ext

@@ -9,14 +9,14 @@ namespace attention_fwd {
 
 constexpr float kLn2 = 0.693147180559945309f;
 
-// Shape: one block per (m block of block_m packed query rows, split, batch, kv head); blockIdx.x enumerates
-// them with the m block fastest, so blocks that read the same K/V run side by side and share L2.
+// Shape: one work item per (m block of block_m packed query rows, split, batch, kv head); the item id (the
+// block index, or a persistent block's running item) enumerates them with the m block fastest, so items
+// that read the same K/V run side by side and share L2.
 struct BlockCoords {
   int m_block, split, batch, kv_head;
 };
 
-__device__ __forceinline__ BlockCoords block_coords(const AttentionParams& p, int m_blocks) {
-  long long id = blockIdx.x;
+__device__ __forceinline__ BlockCoords block_coords(const AttentionParams& p, int m_blocks, long long id) {
   BlockCoords c;
   // Heaviest causal tiles (the last query rows see the most keys) start first, so the tail is short.
   c.m_block = m_blocks - 1 - static_cast<int>(id % m_blocks);
@@ -26,6 +26,10 @@ __device__ __forceinline__ BlockCoords block_coords(const AttentionParams& p, in
   c.kv_head = static_cast<int>(id % p.heads_kv);
   c.batch = static_cast<int>(id / p.heads_kv);
   return c;
+}
+
+__device__ __forceinline__ BlockCoords block_coords(const AttentionParams& p, int m_blocks) {
+  return block_coords(p, m_blocks, blockIdx.x);
 }
 
 // Number of keys packed row `r` may see: Sk, or its bottom-right causal limit (can be <= 0).

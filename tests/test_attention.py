@@ -586,13 +586,14 @@ def test_cuda_dispatch_picks_the_hopper_kernel(monkeypatch, forced, kernel):
 
 @pytest.mark.cuda
 @requires_cuda
+@pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("d", [64, 256])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
-def test_cuda_more_items_than_sms(dtype, d):
-    # non-causal with hundreds of (m block, batch, kv head) items: at head dim 64 (few keys, non-causal) the
-    # Hopper kernel's persistent blocks each work through several items, their K/V rings and double Q buffer
-    # running on from one item to the next
-    check_attention(*make_qkv(3, 64, 16, 300, 257, d, dtype, "cuda"))
+def test_cuda_more_items_than_sms(dtype, d, causal):
+    # hundreds of (m block, batch, kv head) items: at head dim 64 (few keys) the Hopper kernel's persistent
+    # blocks each work through several pairs of items, their K/V rings and double Q buffer running on from
+    # one item to the next; 19 m blocks per head, so the middle one of each head is a pair of one
+    check_attention(*make_qkv(3, 64, 16, 300, 257, d, dtype, "cuda"), causal=causal)
 
 
 @pytest.mark.cuda

@@ -108,13 +108,32 @@ __device__ __forceinline__ void online_softmax_tile(float (&s)[kBlockN / 2], flo
   }
 }
 
-// Runs body(item, local) for the block's work items: item blockIdx.x alone, or (persistent) blockIdx.x,
-// + gridDim.x, ... with `local` counting them. Kept apart so the one-item kernel compiles as a straight line.
+// Runs body(item, local) for the block's work items, `local` counting them: item blockIdx.x alone, or
+// (persistent) work units blockIdx.x, + gridDim.x, ... A unit is one item, or for causal attention the pair
+// of m blocks (i, m_blocks - 1 - i) of one (batch, kv head): one long and one short item, so every pair is
+// about the same work and blocks striding over pairs stay balanced. Item ids enumerate (m position, batch,
+// kv head) with the m position fastest (block_coords). Kept apart so the one-item kernel compiles as a
+// straight line.
 template <bool kPersistent, typename Body>
-__device__ __forceinline__ void for_each_item(long long items, Body&& body) {
+__device__ __forceinline__ void for_each_item(long long items, int m_blocks, bool paired, Body&& body) {
   if constexpr (kPersistent) {
+    const int pairs_per_head = (m_blocks + 1) / 2;
+    const long long units = paired ? items / m_blocks * pairs_per_head : items;
     int local = 0;
-    for (long long item = blockIdx.x; item < items; item += gridDim.x, ++local) body(item, local);
+    for (long long unit = blockIdx.x; unit < units; unit += gridDim.x) {
+      long long first = unit, second = -1;
+      if (paired) {
+        const long long head_first = unit / pairs_per_head * m_blocks;
+        const int i = static_cast<int>(unit % pairs_per_head);
+        first = head_first + i;
+        if (i != m_blocks - 1 - i) second = head_first + m_blocks - 1 - i;  // odd m_blocks: the middle is alone
+      }
+#pragma unroll 1
+      for (int k = 0; k < 2; ++k) {
+        if (k == 1 && second < 0) break;
+        body(k == 0 ? first : second, local++);
+      }
+    }
   } else {
     body(static_cast<long long>(blockIdx.x), 0);
   }
@@ -198,7 +217,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
                        tile * kBlockN, bc.kv_head, bc.batch);
         }
       };
-      for_each_item<kPersistent>(items, [&](long long item, int) {
+      for_each_item<kPersistent>(items, m_blocks, p.causal, [&](long long item, int) {
         const BlockCoords bc = block_coords(p, m_blocks, item);
         const int n_tiles = key_tiles(bc.m_block * kBlockM);
         // K_j, then V_j: V_j is used one step after K_j, and its stage frees one step later too.
@@ -208,7 +227,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
         }
       });
     } else if (kPersistent && threadIdx.x >= 32) {
-      for_each_item<kPersistent>(items, [&](long long item, int local) {
+      for_each_item<kPersistent>(items, m_blocks, p.causal, [&](long long item, int local) {
         const BlockCoords bc = block_coords(p, m_blocks, item);
         const int buf = local % Traits::kQBuffers, use = local / Traits::kQBuffers;
         if (use > 0) mbarrier_wait(q_empty + buf, (use - 1) & 1);
@@ -228,7 +247,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
       if (lane == 0) mbarrier_arrive(ring + slot % kStages);
     };
 
-    for_each_item<kPersistent>(items, [&](long long item, int local) {
+    for_each_item<kPersistent>(items, m_blocks, p.causal, [&](long long item, int local) {
       const BlockCoords bc = block_coords(p, m_blocks, item);
       const int m0 = bc.m_block * kBlockM;
       const int n_tiles = key_tiles(m0);

@@ -38,7 +38,8 @@ bool launch_attention_fwd_sm90(const AttentionParams& p, cudaStream_t stream) {
   FAE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   const int64_t m_blocks = (p.packed_rows + Traits::kBlockM - 1) / Traits::kBlockM;
   int64_t blocks = m_blocks * p.batch * p.heads_kv;  // work items
-  if constexpr (Traits::kPersistent) {  // as many blocks as fit at once, each looping over items
+  if constexpr (Traits::kPersistent) {  // as many blocks as fit at once, each looping over work units
+    if (p.causal) blocks = (m_blocks + 1) / 2 * p.batch * p.heads_kv;  // pairs of items (for_each_item)
     int per_sm = 0;
     FAE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Traits::kThreads, kSmem));
     const int64_t resident = int64_t(std::max(per_sm, 1)) * at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
@@ -54,9 +55,8 @@ template <typename T, int kHeadDim>
 bool run_attention_fwd_sm90(const AttentionParams& p, cudaStream_t stream) {
   using Config = AttentionFwdSm90Config<T, kHeadDim>;
   if constexpr (Config::kHasPersistent) {
-    // Causal items differ in length, and blocks striding over them would not share the work evenly.
     const int64_t key_tiles = (int64_t(p.seqlen_k) + Config::kBlockN - 1) / Config::kBlockN;
-    if (!p.causal && key_tiles <= Config::kPersistentMaxTiles) {
+    if (key_tiles <= Config::kPersistentMaxTiles) {
       return launch_attention_fwd_sm90<typename Config::Persistent>(p, stream);
     }
   }

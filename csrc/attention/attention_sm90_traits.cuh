@@ -55,9 +55,9 @@ struct AttentionFwdSm90Traits {
 
 // Head dim 64: one consumer warpgroup (64 query rows) per block and two blocks per SM, so one block's fill
 // and epilogue run under the other's main loop (+2-8 % over two warpgroups sharing each K/V tile in one
-// block, 1.04x at S = 512). Short non-causal key ranges (at most kPersistentMaxTiles tiles per item) take the
-// persistent form: the next item's Q and first K/V tiles load under the current item; its double Q buffer
-// leaves room for two stages only, which costs 1-3 % on long items. Larger head dims: two consumer
+// block). Short key ranges (at most kPersistentMaxTiles tiles) take the persistent form: the next item's Q
+// and first K/V tiles load under the current item (+4-8 % at S = 512); its double Q buffer leaves room for
+// two stages only, which costs 1-3 % on long items. Larger head dims: two consumer
 // warpgroups (128 query rows) share every K/V tile (one block per SM). 128-key tiles up to head dim 128 (S
 // and O take 64 + kHeadDim / 2 accumulator registers), 64-key tiles above it. Three stages where shared
 // memory allows.

@@ -114,11 +114,17 @@ __device__ __forceinline__ void online_softmax_tile(float (&s)[kBlockN / 2], flo
 // about the same work and blocks striding over pairs stay balanced. Item ids enumerate (m position, batch,
 // kv head) with the m position fastest (block_coords). Kept apart so the one-item kernel compiles as a
 // straight line.
+// Work units of a persistent launch (for_each_item): items, or pairs of m blocks per (batch, kv head). The
+// launcher sizes the grid from it too.
+__host__ __device__ inline long long persistent_units(long long items, int m_blocks, bool paired) {
+  return paired ? items / m_blocks * ((m_blocks + 1) / 2) : items;
+}
+
 template <bool kPersistent, typename Body>
 __device__ __forceinline__ void for_each_item(long long items, int m_blocks, bool paired, Body&& body) {
   if constexpr (kPersistent) {
     const int pairs_per_head = (m_blocks + 1) / 2;
-    const long long units = paired ? items / m_blocks * pairs_per_head : items;
+    const long long units = persistent_units(items, m_blocks, paired);
     int local = 0;
     for (long long unit = blockIdx.x; unit < units; unit += gridDim.x) {
       long long first = unit, second = -1;
@@ -140,7 +146,8 @@ __device__ __forceinline__ void for_each_item(long long items, int m_blocks, boo
 }
 
 // Shape: one work item per (m block of kBlockM = 64 * kWarpgroups packed query rows, batch, kv head); a block
-// of kWarpgroups + 1 warpgroups takes one item, or (kPersistent) items blockIdx.x, + gridDim.x, ...
+// of kWarpgroups + 1 warpgroups takes one item, or (kPersistent) the items of work units blockIdx.x,
+// + gridDim.x, ... (for_each_item).
 // Warpgroup 0 is the producer: one thread streams K and V tiles into two rings of kStages shared-memory tiles
 // by bulk tensor copies (TMA), each stage with a "full" barrier (copies landed) and an "empty" barrier (all
 // consumers done with it); the rings and their phases run on across items (`slot` counts the tiles

@@ -38,12 +38,13 @@ bool launch_attention_fwd_sm90(const AttentionParams& p, cudaStream_t stream) {
   FAE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   const int64_t m_blocks = (p.packed_rows + Traits::kBlockM - 1) / Traits::kBlockM;
   int64_t blocks = m_blocks * p.batch * p.heads_kv;  // work items
-  if constexpr (Traits::kPersistent) {  // as many blocks as fit at once, each looping over work units
-    if (p.causal) blocks = (m_blocks + 1) / 2 * p.batch * p.heads_kv;  // pairs of items (for_each_item)
-    int per_sm = 0;
-    FAE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Traits::kThreads, kSmem));
-    const int64_t resident = int64_t(std::max(per_sm, 1)) * at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
-    blocks = std::min(blocks, resident);
+  if constexpr (Traits::kPersistent) {
+    // As many blocks as are resident at once (kMinBlocksPerSm per SM: the launch bounds hold the registers
+    // and the traits assert the shared memory), each looping over work units.
+    const int64_t resident =
+        int64_t(Traits::kMinBlocksPerSm) * at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+    blocks = std::min<int64_t>(attention_fwd_sm90::persistent_units(blocks, static_cast<int>(m_blocks), p.causal),
+                               resident);
   }
   TORCH_CHECK(blocks <= INT_MAX, "flash_attn_ext.attention: problem too large (", blocks, " thread blocks)");
   kernel<<<static_cast<unsigned>(blocks), Traits::kThreads, kSmem, stream>>>(p, k_map, v_map);

@@ -108,18 +108,18 @@ __device__ __forceinline__ void online_softmax_tile(float (&s)[kBlockN / 2], flo
   }
 }
 
-// Runs body(item, local) for the block's work items, `local` counting them: item blockIdx.x alone, or
-// (persistent) work units blockIdx.x, + gridDim.x, ... A unit is one item, or for causal attention the pair
-// of m blocks (i, m_blocks - 1 - i) of one (batch, kv head): one long and one short item, so every pair is
-// about the same work and blocks striding over pairs stay balanced. Item ids enumerate (m position, batch,
-// kv head) with the m position fastest (block_coords). Kept apart so the one-item kernel compiles as a
-// straight line.
 // Work units of a persistent launch (for_each_item): items, or pairs of m blocks per (batch, kv head). The
 // launcher sizes the grid from it too.
 __host__ __device__ inline long long persistent_units(long long items, int m_blocks, bool paired) {
   return paired ? items / m_blocks * ((m_blocks + 1) / 2) : items;
 }
 
+// Runs body(item, local) for the block's work items, `local` counting them: item blockIdx.x alone, or
+// (persistent) work units blockIdx.x, + gridDim.x, ... A unit is one item, or for causal attention the pair
+// of m blocks (i, m_blocks - 1 - i) of one (batch, kv head): one long and one short item, so every pair is
+// about the same work and blocks striding over pairs stay balanced. Item ids enumerate (m position, batch,
+// kv head) with the m position fastest (block_coords). Kept apart so the one-item kernel compiles as a
+// straight line.
 template <bool kPersistent, typename Body>
 __device__ __forceinline__ void for_each_item(long long items, int m_blocks, bool paired, Body&& body) {
   if constexpr (kPersistent) {

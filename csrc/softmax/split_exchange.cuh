@@ -7,19 +7,6 @@
 namespace flash_attn_ext {
 namespace softmax {
 
-// Publishes this block's (m, d) for its chunk (slot `item` = row * chunks + chunk), waits until every chunk
-// of the row has published, then merges the row's partials. Every block of the row merges the same values
-// in the same order, so they all normalize with bitwise-identical statistics. The publish/wait is a
-// release/acquire pair on the row's counter (thread 0: partial stores, red.release; spin on ld.acquire),
-// then __syncthreads hands the ordering to the rest of the block; partials are read with ld.cg so a stale
-// L1 line (a neighbour row's slots) can never be used.
-// Deadlock freedom (the host guarantees chunks <= gridDim.x and a cooperative launch, so all blocks are
-// resident): blocks take items in increasing order (item = blockIdx.x + i * gridDim.x) and publish before
-// they wait. By induction over rows: once every item of rows < r is done, each block owning an item of row
-// r reaches it (its previous item, at most gridDim.x earlier, lies in an earlier row since chunks <=
-// gridDim.x) and publishes, so the counter of row r reaches `chunks` and every waiter of row r proceeds.
-// Nothing else a block waits for (its own copies) depends on another block.
-
 // The counter's release increment and acquire load (gpu scope): they order this thread's partial stores
 // before the increment and the block's partial loads after the wait (the __syncthreads that follows hands
 // the acquire on), without the two full fences (__threadfence) around a relaxed atomic.
@@ -32,6 +19,18 @@ __device__ __forceinline__ int load_acquire(const int* counter) {
   return v;
 }
 
+// Publishes this block's (m, d) for its chunk (slot `item` = row * chunks + chunk), waits until every chunk
+// of the row has published, then merges the row's partials. Every block of the row merges the same values
+// in the same order, so they all normalize with bitwise-identical statistics. The publish/wait is a
+// release/acquire pair on the row's counter (thread 0: partial stores, red.release; spin on ld.acquire),
+// then __syncthreads hands the ordering to the rest of the block; partials are read with ld.cg so a stale
+// L1 line (a neighbour row's slots) can never be used.
+// Deadlock freedom (the host guarantees chunks <= gridDim.x and a cooperative launch, so all blocks are
+// resident): blocks take items in increasing order (item = blockIdx.x + i * gridDim.x) and publish before
+// they wait. By induction over rows: once every item of rows < r is done, each block owning an item of row
+// r reaches it (its previous item, at most gridDim.x earlier, lies in an earlier row since chunks <=
+// gridDim.x) and publishes, so the counter of row r reaches `chunks` and every waiter of row r proceeds.
+// Nothing else a block waits for (its own copies) depends on another block.
 template <typename A>
 __device__ __forceinline__ OnlineState<A> exchange_row_state(A* part_m, A* part_d, int* counters, int chunks,
                                                              int64_t row, int64_t item, OnlineState<A> mine,

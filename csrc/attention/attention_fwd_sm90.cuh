@@ -129,8 +129,11 @@ __device__ __forceinline__ void for_each_item(long long items, int m_blocks, boo
     for (long long unit = blockIdx.x; unit < units; unit += gridDim.x) {
       long long first = unit, second = -1;
       if (paired) {
-        const long long head_first = unit / pairs_per_head * m_blocks;
-        const int i = static_cast<int>(unit % pairs_per_head);
+        // 32-bit division where the unit fits (see block_coords).
+        const long long head = unit <= 0xffffffffLL ? static_cast<unsigned>(unit) / unsigned(pairs_per_head)
+                                                    : unit / pairs_per_head;
+        const long long head_first = head * m_blocks;
+        const int i = static_cast<int>(unit - head * pairs_per_head);
         first = head_first + i;
         if (i != m_blocks - 1 - i) second = head_first + m_blocks - 1 - i;  // odd m_blocks: the middle is alone
       }

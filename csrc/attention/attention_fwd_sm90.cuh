@@ -38,6 +38,21 @@ __device__ __forceinline__ void tma_load_box(void* smem_dst, const CUtensorMap* 
       : "memory");
 }
 
+// One bulk tensor store (TMA) of a box of 64 columns x 16 rows of O, head (head, batch), at (col, row), from
+// a swizzle atom's rows (rows past Sq and columns past the head dim are not written); then the store's
+// completion group, and the wait until every store of this thread has read its shared memory.
+__device__ __forceinline__ void tma_store_box(const CUtensorMap* map, const void* smem_src, int col, int row, int head,
+                                              int batch) {
+  asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];\n" ::"l"(
+                   reinterpret_cast<uint64_t>(map)),
+               "r"(smem_addr(smem_src)), "r"(col), "r"(row), "r"(head), "r"(batch)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_commit_and_wait_read() {
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
+
 // Named barrier `id` (1..15; 0 is __syncthreads) of `threads` threads: consumer warpgroup wg orders its own
 // Q load before its MMAs on barrier 1 + wg.
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
@@ -164,7 +179,8 @@ __device__ __forceinline__ void for_each_item(long long items, int m_blocks, boo
 template <typename Traits>
 __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
     attention_fwd_sm90_kernel(const AttentionParams p, const __grid_constant__ CUtensorMap k_map,
-                              const __grid_constant__ CUtensorMap v_map) {
+                              const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap o_map,
+                              const bool o_by_tma) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using T = typename Traits::T;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
@@ -389,8 +405,11 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
       }
 
       // Stage this warp's 16 rows of O through its own rows of the Q buffer (swizzled: no bank conflicts
-      // either way; no other warp reads them, and every wgmma reading them has completed), then write
-      // 16-byte chunks.
+      // either way; no other warp reads them, and every wgmma reading them has completed), then write them
+      // out: one bulk tensor store per 64 columns where the host made an O map (heads not grouped, so the
+      // warp's rows are 16 consecutive query positions of one head), else 16-byte chunks from every lane.
+      // Why the store: the lanes' chunk loop (64-bit address math per chunk) was a third of an epilogue of
+      // ~480 instructions per warp, as long as a steady key tile (ncu, head dim 64, S = 512).
       const int warp_row = 64 * wg + 16 * warp;  // first row of this warp within the block
 #pragma unroll
       for (int h = 0; h < 2; ++h)
@@ -399,18 +418,31 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
           *reinterpret_cast<uint32_t*>(sQb + sm90::sw128_offset(kBlockM, warp_row + g + 8 * h, j) + t * 4) =
               pack2<T>(o[4 * j + 2 * h] * inv_sum[h], o[4 * j + 2 * h + 1] * inv_sum[h]);
         }
-      __syncwarp();
-      T* gO = static_cast<T*>(p.out) + bc.batch * p.o_batch_stride;
+      if (o_by_tma) {
+        fence_async_proxy();  // this lane's staged O before the bulk store reads it
+        __syncwarp();
+        if (lane == 0) {
 #pragma unroll
-      for (int it = 0; it < Traits::kAtoms * 4; ++it) {
-        const int i = lane + 32 * it;  // atom i / 128, row (i / 8) % 16 of the warp, position i % 8
-        const int row = warp_row + (i / 8) % 16;
-        const int col = ((i / 128) * 8 + ((i % 8) ^ (row % 8))) * 8;
-        const int r = m0 + row;
-        if (r < p.packed_rows && col < p.head_dim) {
-          T* dst = gO + packed_row_offset(p, bc.kv_head, r, p.o_head_stride, p.o_row_stride) + col;
-          *reinterpret_cast<uint4*>(dst) =
-              *reinterpret_cast<const uint4*>(sQb + (i / 128) * kBlockM * 128 + row * 128 + (i % 8) * 16);
+          for (int a = 0; a < Traits::kAtoms; ++a) {
+            tma_store_box(&o_map, sQb + a * kBlockM * 128 + warp_row * 128, a * 64, m0 + warp_row, bc.kv_head,
+                          bc.batch);
+          }
+          bulk_commit_and_wait_read();  // the Q buffer may be refilled (or the block exit) once this returns
+        }
+      } else {
+        __syncwarp();
+        T* gO = static_cast<T*>(p.out) + bc.batch * p.o_batch_stride;
+#pragma unroll
+        for (int it = 0; it < Traits::kAtoms * 4; ++it) {
+          const int i = lane + 32 * it;  // atom i / 128, row (i / 8) % 16 of the warp, position i % 8
+          const int row = warp_row + (i / 8) % 16;
+          const int col = ((i / 128) * 8 + ((i % 8) ^ (row % 8))) * 8;
+          const int r = m0 + row;
+          if (r < p.packed_rows && col < p.head_dim) {
+            T* dst = gO + packed_row_offset(p, bc.kv_head, r, p.o_head_stride, p.o_row_stride) + col;
+            *reinterpret_cast<uint4*>(dst) =
+                *reinterpret_cast<const uint4*>(sQb + (i / 128) * kBlockM * 128 + row * 128 + (i % 8) * 16);
+          }
         }
       }
       if constexpr (kPersistent) {  // this warp's rows of the Q buffer are free for a later item's Q

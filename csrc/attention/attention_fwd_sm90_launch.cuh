@@ -33,6 +33,18 @@ bool launch_attention_fwd_sm90(const AttentionParams& p, cudaStream_t stream) {
       !make_tensor_map_4d_sw128(&v_map, kBf16, p.v, dims, v_strides, box)) {
     return false;  // strides the copy engine cannot walk (e.g. broadcast heads): the caller falls back
   }
+  // O as (head dim, Sq, Hq, B) for the epilogue's bulk tensor stores, boxes of 64 columns x one warp's 16
+  // rows; only when heads are not grouped (a packed tile's rows then are consecutive query positions of one
+  // head). Otherwise, or when the driver cannot describe O, the lanes store it.
+  CUtensorMap o_map = k_map;  // a placeholder the kernel does not read unless o_by_tma
+  bool o_by_tma = false;
+  if (p.group == 1) {
+    const uint64_t o_dims[4] = {uint64_t(p.head_dim), uint64_t(p.seqlen_q), uint64_t(p.heads_q), uint64_t(p.batch)};
+    const uint64_t o_strides[3] = {uint64_t(p.o_row_stride) * 2, uint64_t(p.o_head_stride) * 2,
+                                   uint64_t(p.o_batch_stride) * 2};
+    const uint32_t o_box[4] = {64, 16, 1, 1};
+    o_by_tma = make_tensor_map_4d_sw128(&o_map, kBf16, p.out, o_dims, o_strides, o_box);
+  }
   auto kernel = &attention_fwd_sm90::attention_fwd_sm90_kernel<Traits>;
   constexpr int kSmem = static_cast<int>(Traits::kSmemBytes);
   FAE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
@@ -47,7 +59,7 @@ bool launch_attention_fwd_sm90(const AttentionParams& p, cudaStream_t stream) {
                                resident);
   }
   TORCH_CHECK(blocks <= INT_MAX, "flash_attn_ext.attention: problem too large (", blocks, " thread blocks)");
-  kernel<<<static_cast<unsigned>(blocks), Traits::kThreads, kSmem, stream>>>(p, k_map, v_map);
+  kernel<<<static_cast<unsigned>(blocks), Traits::kThreads, kSmem, stream>>>(p, k_map, v_map, o_map, o_by_tma);
   FAE_LAUNCH_CHECK();
   return true;
 }

@@ -624,6 +624,32 @@ def test_cuda_split_kv(dtype, sq, causal):
 
 
 @pytest.mark.cuda
+@requires_cuda
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("sk", [97, 4097])
+@pytest.mark.parametrize("sq, hq, hk", [(1, 32, 8), (2, 16, 2), (16, 4, 4), (5, 6, 2), (17, 2, 2), (3, 12, 2)],
+                         ids=lambda x: str(x))
+@pytest.mark.parametrize("d", [40, 128, 256])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_cuda_decode_kernel_rows(dtype, d, sq, hq, hk, sk, causal):
+    # Sq * Hq / Hk packed rows: 4, 16, 16 and 15 run the decode kernel (one 16-row tile, the warps of a block
+    # taking turns over the keys, split across blocks at Sk = 4097); 17 and 18 the prefill kernels
+    check_attention(*make_qkv(2, hq, hk, sq, sk, d, dtype, "cuda"), causal=causal)
+
+
+@pytest.mark.cuda
+@requires_cuda
+@pytest.mark.parametrize("sq, decode", [(4, True), (5, False)])
+def test_cuda_dispatch_picks_the_decode_kernel(sq, decode):
+    q, k, v = make_qkv(1, 8, 2, sq, 3000, 64, torch.bfloat16, "cuda")  # packed rows: 16, then 20
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fae.attention(q, k, v)
+        torch.cuda.synchronize()
+    names = [e.name for e in prof.events()]
+    assert any("attention_decode_kernel<" in n for n in names) == decode, sorted(set(names))
+
+
+@pytest.mark.cuda
 @pytest.mark.large
 @requires_cuda
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)

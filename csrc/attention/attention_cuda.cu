@@ -106,29 +106,20 @@ bool use_sm90_kernel() {
 #endif
 }
 
-template <typename T, int kHeadDim>
-void run_tensor_core(AttentionParams& p, at::ScalarType dtype, cudaStream_t stream) {
-  const AttentionFwdLaunchInfo info = attention_fwd_launch_info<T, kHeadDim>();
-  const int64_t m_blocks = (p.packed_rows + info.block_m - 1) / info.block_m;
-  const int key_tiles = (p.seqlen_k + info.block_n - 1) / info.block_n;
-  const int num_sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
-  const int splits = choose_num_splits(m_blocks * p.batch * p.heads_kv, key_tiles,
-                                       num_sms * std::max(info.blocks_per_sm, 1));
-  if (splits == 1) {
-    // Head dims padded to whole 64-column swizzle atoms on the Hopper kernel.
-    if (!(use_sm90_kernel() && run_attention_fwd_sm90<T, (kHeadDim + 63) / 64 * 64>(p, stream))) {
-      run_attention_fwd<T, kHeadDim>(p, stream);
-    }
-    return;
-  }
+// Runs `launch` over `splits` key splits of `key_tiles` tiles: straight into out/lse when splits == 1, else
+// into fp32 partials that the merge kernel combines (the online-softmax block rule).
+template <typename Launch>
+void run_with_key_splits(AttentionParams& p, int splits, int key_tiles, at::ScalarType dtype, cudaStream_t stream,
+                         const Launch& launch) {
+  p.num_splits = splits;
+  p.tiles_per_split = splits == 1 ? key_tiles : (key_tiles + splits - 1) / splits;
+  if (splits == 1) return launch();
   const auto opts = at::TensorOptions().dtype(at::kFloat).device(at::kCUDA, at::cuda::current_device());
   at::Tensor out_accum = at::empty({splits, p.batch, p.heads_q, p.seqlen_q, p.head_dim}, opts);
   at::Tensor lse_accum = at::empty({splits, p.batch, p.heads_q, p.seqlen_q}, opts);
-  p.num_splits = splits;
-  p.tiles_per_split = (key_tiles + splits - 1) / splits;
   p.out_accum = out_accum.data_ptr<float>();
   p.lse_accum = lse_accum.data_ptr<float>();
-  run_attention_fwd<T, kHeadDim>(p, stream);
+  launch();
 
   MergeParams mp{};
   mp.outs = p.out_accum;
@@ -142,6 +133,31 @@ void run_tensor_core(AttentionParams& p, at::ScalarType dtype, cudaStream_t stre
   mp.seqlen = p.seqlen_q;
   mp.o_batch_stride = p.o_batch_stride, mp.o_head_stride = p.o_head_stride, mp.o_row_stride = p.o_row_stride;
   run_merge_attention(mp, /*in_dtype=*/0, dtype_code(dtype), stream);
+}
+
+template <typename T, int kHeadDim>
+void run_tensor_core(AttentionParams& p, at::ScalarType dtype, cudaStream_t stream) {
+  const int num_sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  const bool sm90 = use_sm90_kernel();  // also validates FLASH_ATTN_EXT_ATTENTION_KERNEL on every path
+  // Few query rows (decoding): the memory-bound decode kernel, on every GPU with the shared memory for it.
+  constexpr int kDecodeRows = 16;  // its one m16 tile of packed rows
+  const AttentionFwdLaunchInfo decode =
+      p.packed_rows <= kDecodeRows ? attention_decode_launch_info<T, kHeadDim>() : AttentionFwdLaunchInfo{};
+  if (decode.blocks_per_sm > 0) {
+    TORCH_INTERNAL_ASSERT(decode.block_m == kDecodeRows);
+    const int rounds = (p.seqlen_k + decode.block_n - 1) / decode.block_n;
+    const int splits = choose_num_splits(static_cast<int64_t>(p.batch) * p.heads_kv, rounds,
+                                         num_sms * decode.blocks_per_sm);
+    return run_with_key_splits(p, splits, rounds, dtype, stream, [&] { run_attention_decode<T, kHeadDim>(p, stream); });
+  }
+  const AttentionFwdLaunchInfo info = attention_fwd_launch_info<T, kHeadDim>();
+  const int64_t m_blocks = (p.packed_rows + info.block_m - 1) / info.block_m;
+  const int key_tiles = (p.seqlen_k + info.block_n - 1) / info.block_n;
+  const int splits = choose_num_splits(m_blocks * p.batch * p.heads_kv, key_tiles,
+                                       num_sms * std::max(info.blocks_per_sm, 1));
+  // Head dims padded to whole 64-column swizzle atoms on the Hopper kernel, which does not split keys.
+  if (splits == 1 && sm90 && run_attention_fwd_sm90<T, (kHeadDim + 63) / 64 * 64>(p, stream)) return;
+  run_with_key_splits(p, splits, key_tiles, dtype, stream, [&] { run_attention_fwd<T, kHeadDim>(p, stream); });
 }
 
 // The one dispatch site: dtype x head-dim tile (the head dim is padded up to the next tile width).

@@ -26,6 +26,14 @@ struct AttentionFwdLaunchInfo {
 template <typename T, int kHeadDim>
 AttentionFwdLaunchInfo attention_fwd_launch_info();
 
+// Decode forward for fp16/bf16: all packed query rows (Sq * Hq / Hk) fit one 16-row tile (block_m of its
+// launch info); keys split in rounds of block_n (tiles_per_split counts rounds).
+template <typename T, int kHeadDim>
+void run_attention_decode(const AttentionParams& p, cudaStream_t stream);
+
+template <typename T, int kHeadDim>
+AttentionFwdLaunchInfo attention_decode_launch_info();
+
 // SIMT forward for fp32 inputs, fp32 math throughout (no tf32), for accuracy rather than speed.
 void run_attention_fwd_fp32(const AttentionParams& p, cudaStream_t stream);
 

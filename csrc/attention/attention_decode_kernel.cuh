@@ -10,6 +10,7 @@
 #include "attention/attention_params.h"
 #include "attention/attention_tile_coords.cuh"
 #include "attention/mma_sm80.cuh"
+#include "attention/online_softmax_sm80.cuh"
 
 namespace flash_attn_ext {
 
@@ -189,42 +190,8 @@ __global__ void __launch_bounds__(Traits::kThreads) attention_decode_kernel(cons
       }
     }
 
-    // Online softmax in log2 units, as in the prefill kernel.
-    const bool need_mask = n0 + kTileN > unmasked_end;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float mx = -INFINITY;
-#pragma unroll
-      for (int ni = 0; ni < kNTiles; ++ni)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          float x = s[ni][2 * h + e] * p.scale_log2;
-          if (need_mask && n0 + ni * 8 + 2 * t + e >= limit[h]) x = -INFINITY;
-          s[ni][2 * h + e] = x;
-          mx = fmaxf(mx, x);
-        }
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
-      const float m_new = fmaxf(row_max[h], mx);
-      const float m_use = m_new == -INFINITY ? 0.f : m_new;  // all masked so far: exp2(-inf) = 0, not NaN
-      const float alpha = fast_exp2(row_max[h] - m_use);
-      row_max[h] = m_new;
-      float sum = 0.f;
-#pragma unroll
-      for (int ni = 0; ni < kNTiles; ++ni)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const float pr = fast_exp2(s[ni][2 * h + e] - m_use);
-          s[ni][2 * h + e] = pr;
-          sum += pr;
-        }
-      row_sum[h] = row_sum[h] * alpha + sum;
-#pragma unroll
-      for (int dt = 0; dt < kDTiles; ++dt) {
-        o[dt][2 * h] *= alpha;
-        o[dt][2 * h + 1] *= alpha;
-      }
-    }
+    online_softmax_step(s, o, p.scale_log2, /*need_mask=*/n0 + kTileN > unmasked_end, n0 + 2 * t, limit, row_max,
+                        row_sum);
 
     // O += P V
 #pragma unroll

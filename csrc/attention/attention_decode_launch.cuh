@@ -14,15 +14,6 @@ namespace flash_attn_ext {
 
 namespace attention_decode {
 
-template <typename Traits>
-void prepare_kernel_smem() {
-  constexpr int kSmem = static_cast<int>(Traits::kSmemBytes);
-  if (kSmem > 48 * 1024) {
-    FAE_CUDA_CHECK(cudaFuncSetAttribute(&attention_decode_kernel<Traits>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-  }
-}
-
 // blocks_per_sm is 0 where the kernel's shared memory exceeds the device's per-block limit (sm86/sm89 have
 // ~100 KB): the caller then takes the prefill kernel.
 template <typename Traits>
@@ -30,7 +21,7 @@ AttentionFwdLaunchInfo launch_info() {
   if (Traits::kSmemBytes > at::cuda::getCurrentDeviceProperties()->sharedMemPerBlockOptin) {
     return {Traits::kBlockM, Traits::kRoundKeys, 0};
   }
-  prepare_kernel_smem<Traits>();
+  allow_dynamic_smem(&attention_decode_kernel<Traits>, Traits::kSmemBytes);
   int blocks_per_sm = 0;
   FAE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, &attention_decode_kernel<Traits>,
                                                                Traits::kThreads, Traits::kSmemBytes));
@@ -41,7 +32,7 @@ template <typename Traits>
 void launch(const AttentionParams& p, cudaStream_t stream) {
   TORCH_CHECK(p.packed_rows <= Traits::kBlockM, "flash_attn_ext.attention: the decode kernel takes at most ",
               Traits::kBlockM, " packed query rows (got ", p.packed_rows, ")");
-  prepare_kernel_smem<Traits>();
+  allow_dynamic_smem(&attention_decode_kernel<Traits>, Traits::kSmemBytes);
   const int64_t blocks = static_cast<int64_t>(p.num_splits) * p.batch * p.heads_kv;
   TORCH_CHECK(blocks <= INT_MAX, "flash_attn_ext.attention: problem too large (", blocks, " thread blocks)");
   attention_decode_kernel<Traits><<<static_cast<unsigned>(blocks), Traits::kThreads, Traits::kSmemBytes, stream>>>(p);

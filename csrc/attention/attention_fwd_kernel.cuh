@@ -6,6 +6,7 @@
 #include "attention/attention_tile_coords.cuh"
 #include "attention/attention_traits.cuh"
 #include "attention/mma_sm80.cuh"
+#include "attention/online_softmax_sm80.cuh"
 
 namespace flash_attn_ext {
 namespace attention_fwd {
@@ -175,42 +176,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm) att
         const bool need_mask = n0 + kBlockN > unmasked_end;
 #pragma unroll
         for (int mi = 0; mi < kMTiles; ++mi) {
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            float mx = -INFINITY;
-#pragma unroll
-            for (int ni = 0; ni < kNTiles; ++ni)
-#pragma unroll
-              for (int e = 0; e < 2; ++e) {
-                float x = s[mi][ni][2 * h + e] * p.scale_log2;
-                if (need_mask && n0 + ni * 8 + 2 * t + e >= limit[mi][h]) x = -INFINITY;
-                s[mi][ni][2 * h + e] = x;
-                mx = fmaxf(mx, x);
-              }
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
-            const float m_new = fmaxf(row_max[mi][h], mx);
-            // A row that has seen only masked keys keeps m = -inf; exponentiate against 0 so that
-            // exp2(-inf - m) is 0 rather than NaN.
-            const float m_use = m_new == -INFINITY ? 0.f : m_new;
-            const float alpha = fast_exp2(row_max[mi][h] - m_use);
-            row_max[mi][h] = m_new;
-            float sum = 0.f;
-#pragma unroll
-            for (int ni = 0; ni < kNTiles; ++ni)
-#pragma unroll
-              for (int e = 0; e < 2; ++e) {
-                const float pr = fast_exp2(s[mi][ni][2 * h + e] - m_use);
-                s[mi][ni][2 * h + e] = pr;
-                sum += pr;
-              }
-            row_sum[mi][h] = row_sum[mi][h] * alpha + sum;
-#pragma unroll
-            for (int dt = 0; dt < kDTiles; ++dt) {
-              o[mi][dt][2 * h] *= alpha;
-              o[mi][dt][2 * h + 1] *= alpha;
-            }
-          }
+          online_softmax_step(s[mi], o[mi], p.scale_log2, need_mask, n0 + 2 * t, limit[mi], row_max[mi], row_sum[mi]);
         }
       }
 

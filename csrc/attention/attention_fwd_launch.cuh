@@ -12,23 +12,10 @@
 
 namespace flash_attn_ext {
 
-namespace attention_fwd {
-
-template <typename Traits>
-void prepare_kernel_smem() {
-  constexpr int kSmem = static_cast<int>(Traits::kSmemBytes);
-  if (kSmem > 48 * 1024) {
-    FAE_CUDA_CHECK(cudaFuncSetAttribute(&attention_fwd_kernel<Traits>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        kSmem));
-  }
-}
-
-}  // namespace attention_fwd
-
 template <typename T, int kHeadDim>
 AttentionFwdLaunchInfo attention_fwd_launch_info() {
   using Traits = typename AttentionFwdConfig<T, kHeadDim>::Traits;
-  attention_fwd::prepare_kernel_smem<Traits>();
+  allow_dynamic_smem(&attention_fwd::attention_fwd_kernel<Traits>, Traits::kSmemBytes);
   int blocks_per_sm = 0;
   FAE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
       &blocks_per_sm, &attention_fwd::attention_fwd_kernel<Traits>, Traits::kThreads, Traits::kSmemBytes));
@@ -40,7 +27,7 @@ void run_attention_fwd(const AttentionParams& p, cudaStream_t stream) {
   using Traits = typename AttentionFwdConfig<T, kHeadDim>::Traits;
   auto kernel = &attention_fwd::attention_fwd_kernel<Traits>;
   constexpr int kSmem = static_cast<int>(Traits::kSmemBytes);
-  attention_fwd::prepare_kernel_smem<Traits>();
+  allow_dynamic_smem(kernel, kSmem);
   const int64_t m_blocks = (p.packed_rows + Traits::kBlockM - 1) / Traits::kBlockM;
   const int64_t blocks = m_blocks * p.num_splits * p.batch * p.heads_kv;
   TORCH_CHECK(blocks <= INT_MAX, "flash_attn_ext.attention: problem too large (", blocks, " thread blocks)");

@@ -4,3 +4,11 @@
 
 #define FAE_CUDA_CHECK(expr) C10_CUDA_CHECK(expr)
 #define FAE_LAUNCH_CHECK() C10_CUDA_KERNEL_LAUNCH_CHECK()
+
+// Lets `kernel` launch with `bytes` of dynamic shared memory: above the 48 KB default a kernel must opt in.
+template <typename Kernel>
+inline void allow_dynamic_smem(Kernel* kernel, size_t bytes) {
+  if (bytes > 48 * 1024) {
+    FAE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  }
+}

@@ -112,7 +112,7 @@ template <typename Launch>
 void run_with_key_splits(AttentionParams& p, int splits, int key_tiles, at::ScalarType dtype, cudaStream_t stream,
                          const Launch& launch) {
   p.num_splits = splits;
-  p.tiles_per_split = splits == 1 ? key_tiles : (key_tiles + splits - 1) / splits;
+  p.tiles_per_split = (key_tiles + splits - 1) / splits;
   if (splits == 1) return launch();
   const auto opts = at::TensorOptions().dtype(at::kFloat).device(at::kCUDA, at::cuda::current_device());
   at::Tensor out_accum = at::empty({splits, p.batch, p.heads_q, p.seqlen_q, p.head_dim}, opts);

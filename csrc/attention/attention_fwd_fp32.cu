@@ -139,9 +139,7 @@ __global__ void __launch_bounds__(32 * kWarps) attention_fwd_fp32_kernel(const A
 void run_attention_fwd_fp32(const AttentionParams& p, cudaStream_t stream) {
   const int d_pad = (p.head_dim + 31) / 32 * 32;
   const int smem = static_cast<int>(sizeof(float) * (kBlockRows * d_pad + kBlockKeys * (d_pad + 1) + kBlockKeys * d_pad));
-  if (smem > 48 * 1024) {
-    FAE_CUDA_CHECK(cudaFuncSetAttribute(attention_fwd_fp32_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  }
+  allow_dynamic_smem(&attention_fwd_fp32_kernel, smem);
   const int64_t m_blocks = (p.packed_rows + kBlockRows - 1) / kBlockRows;
   const int64_t blocks = m_blocks * p.batch * p.heads_kv;
   TORCH_CHECK(blocks <= INT_MAX, "flash_attn_ext.attention: problem too large (", blocks, " thread blocks)");

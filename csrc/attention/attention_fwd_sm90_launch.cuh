@@ -47,7 +47,7 @@ bool launch_attention_fwd_sm90(const AttentionParams& p, cudaStream_t stream) {
   }
   auto kernel = &attention_fwd_sm90::attention_fwd_sm90_kernel<Traits>;
   constexpr int kSmem = static_cast<int>(Traits::kSmemBytes);
-  FAE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+  allow_dynamic_smem(kernel, kSmem);
   const int64_t m_blocks = (p.packed_rows + Traits::kBlockM - 1) / Traits::kBlockM;
   int64_t blocks = m_blocks * p.batch * p.heads_kv;  // work items
   if constexpr (Traits::kPersistent) {

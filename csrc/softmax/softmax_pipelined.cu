@@ -32,19 +32,8 @@ template <typename T> bool pipe_supported() {
   return binary_version[device] >= 90;
 }
 
-namespace {
-// Dynamic shared memory above 48 KiB is opted into per kernel, before the occupancy query and the launch
-// (not a stream operation: legal during graph capture).
-template <typename T> void allow_ring(size_t smem) {
-  if (smem > 48 * 1024) {
-    FAE_CUDA_CHECK(cudaFuncSetAttribute(pipe::softmax_pipelined_rows_kernel<T>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  }
-}
-}  // namespace
-
 template <typename T> int pipe_blocks_per_sm(int threads, size_t smem_bytes) {
-  allow_ring<T>(smem_bytes);
+  allow_dynamic_smem(&pipe::softmax_pipelined_rows_kernel<T>, smem_bytes);
   int blocks = 0;
   FAE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, pipe::softmax_pipelined_rows_kernel<T>,
                                                                threads, smem_bytes));
@@ -55,7 +44,7 @@ template <typename T>
 void launch_pipelined_rows(const PipeParams<T>& p, int threads, int grid, cudaStream_t stream) {
   auto kernel = pipe::softmax_pipelined_rows_kernel<T>;
   const size_t smem = pipe_smem_bytes(p);
-  allow_ring<T>(smem);
+  allow_dynamic_smem(kernel, smem);
   if (p.chunks == 1) {
     kernel<<<grid, threads, smem, stream>>>(p);
     FAE_LAUNCH_CHECK();

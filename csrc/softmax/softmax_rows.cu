@@ -46,14 +46,6 @@ template <typename T> RowsKernel<T> select_block_kernel(int vpt, bool aligned) {
   TORCH_CHECK(false, "flash_attn_ext softmax: no block kernel for ", vpt, " vectors per thread");
 }
 
-// Dynamic shared memory above the 48 KiB default must be opted into per kernel, before the occupancy query
-// and the launch. Not a stream operation, so it is legal during graph capture.
-template <typename T> void allow_dynamic_smem(RowsKernel<T> k, size_t smem_bytes) {
-  if (smem_bytes > 48 * 1024) {
-    FAE_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_bytes)));
-  }
-}
-
 }  // namespace
 
 template <typename T>
@@ -64,7 +56,7 @@ void launch_warp_rows(const RowsParams<T>& p, int vpl, bool aligned, int grid, c
 
 template <typename T> int block_rows_blocks_per_sm(int vpt, bool aligned, int threads, size_t smem_bytes) {
   const RowsKernel<T> k = select_block_kernel<T>(vpt, aligned);
-  allow_dynamic_smem<T>(k, smem_bytes);
+  allow_dynamic_smem(k, smem_bytes);
   int blocks = 0;
   FAE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, k, threads, smem_bytes));
   return blocks;
@@ -74,7 +66,7 @@ template <typename T>
 void launch_block_rows(const RowsParams<T>& p, int vpt, bool aligned, int threads, int grid, cudaStream_t stream) {
   const RowsKernel<T> k = select_block_kernel<T>(vpt, aligned);
   const size_t smem = aligned ? static_cast<size_t>(threads) * p.smem_vecs * 16 : 0;
-  allow_dynamic_smem<T>(k, smem);
+  allow_dynamic_smem(k, smem);
   if (p.chunks == 1) {
     k<<<grid, threads, smem, stream>>>(p);
     FAE_LAUNCH_CHECK();

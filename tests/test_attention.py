@@ -639,6 +639,19 @@ def test_cuda_decode_kernel_rows(dtype, d, sq, hq, hk, sk, causal):
 
 @pytest.mark.cuda
 @requires_cuda
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("b, hq, hk, sq, sk, d", [
+    (150, 16, 4, 1, 200, 64),     # 600 (batch, kv head) blocks, more than resident: no key split
+    (1, 4, 1, 3, 20000, 128),     # one block's keys split ~34 ways: the merge takes partials 32 at a time
+    (3, 15, 5, 1, 1025, 256),     # split with Q re-read from shared memory (head dim 256)
+    (2, 4, 2, 7, 1, 32),          # one key: causal rows that see none
+], ids=str)
+def test_cuda_decode_kernel_shapes(b, hq, hk, sq, sk, d, causal):
+    check_attention(*make_qkv(b, hq, hk, sq, sk, d, torch.bfloat16, "cuda"), causal=causal)
+
+
+@pytest.mark.cuda
+@requires_cuda
 @pytest.mark.parametrize("sq, decode", [(4, True), (5, False)])
 def test_cuda_dispatch_picks_the_decode_kernel(sq, decode):
     q, k, v = make_qkv(1, 8, 2, sq, 3000, 64, torch.bfloat16, "cuda")  # packed rows: 16, then 20

@@ -9,6 +9,7 @@
 #include "attention/attention_decode_kernel.cuh"
 #include "attention/attention_fwd_api.h"
 #include "common/cuda_check.h"
+#include "common/per_device.h"
 
 namespace flash_attn_ext {
 
@@ -18,14 +19,17 @@ namespace attention_decode {
 // ~100 KB): the caller then takes the prefill kernel.
 template <typename Traits>
 AttentionFwdLaunchInfo launch_info() {
-  if (Traits::kSmemBytes > at::cuda::getCurrentDeviceProperties()->sharedMemPerBlockOptin) {
-    return {Traits::kBlockM, Traits::kRoundKeys, 0};
-  }
-  allow_dynamic_smem(&attention_decode_kernel<Traits>, Traits::kSmemBytes);
-  int blocks_per_sm = 0;
-  FAE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, &attention_decode_kernel<Traits>,
-                                                               Traits::kThreads, Traits::kSmemBytes));
-  return {Traits::kBlockM, Traits::kRoundKeys, blocks_per_sm};
+  static PerDeviceMemo<AttentionFwdLaunchInfo> memo;
+  return memo.get([] {
+    if (Traits::kSmemBytes > at::cuda::getCurrentDeviceProperties()->sharedMemPerBlockOptin) {
+      return AttentionFwdLaunchInfo{Traits::kBlockM, Traits::kRoundKeys, 0};
+    }
+    allow_dynamic_smem(&attention_decode_kernel<Traits>, Traits::kSmemBytes);
+    int blocks_per_sm = 0;
+    FAE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, &attention_decode_kernel<Traits>,
+                                                                 Traits::kThreads, Traits::kSmemBytes));
+    return AttentionFwdLaunchInfo{Traits::kBlockM, Traits::kRoundKeys, blocks_per_sm};
+  });
 }
 
 template <typename Traits>

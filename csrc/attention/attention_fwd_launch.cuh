@@ -9,17 +9,21 @@
 #include "attention/attention_fwd_kernel.cuh"
 #include "attention/attention_fwd_api.h"
 #include "common/cuda_check.h"
+#include "common/per_device.h"
 
 namespace flash_attn_ext {
 
 template <typename T, int kHeadDim>
 AttentionFwdLaunchInfo attention_fwd_launch_info() {
   using Traits = typename AttentionFwdConfig<T, kHeadDim>::Traits;
-  allow_dynamic_smem(&attention_fwd::attention_fwd_kernel<Traits>, Traits::kSmemBytes);
-  int blocks_per_sm = 0;
-  FAE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-      &blocks_per_sm, &attention_fwd::attention_fwd_kernel<Traits>, Traits::kThreads, Traits::kSmemBytes));
-  return {Traits::kBlockM, Traits::kBlockN, blocks_per_sm};
+  static PerDeviceMemo<AttentionFwdLaunchInfo> memo;
+  return memo.get([] {
+    allow_dynamic_smem(&attention_fwd::attention_fwd_kernel<Traits>, Traits::kSmemBytes);
+    int blocks_per_sm = 0;
+    FAE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &blocks_per_sm, &attention_fwd::attention_fwd_kernel<Traits>, Traits::kThreads, Traits::kSmemBytes));
+    return AttentionFwdLaunchInfo{Traits::kBlockM, Traits::kBlockN, blocks_per_sm};
+  });
 }
 
 template <typename T, int kHeadDim>

@@ -65,9 +65,9 @@ __global__ void __launch_bounds__(32 * kMergeWarps) merge_attention_kernel(const
 #pragma unroll
         for (int u = 0; u < kBatch; ++u) {
           const int j = j0 + u;
-          w[u] = __shfl_sync(0xffffffff, w_lane, j % 32);  // 0 past the last partial (lane_weight)
+          w[u] = __shfl_sync(0xffffffff, w_lane, j);  // 0 past the last partial (lane_weight)
           const TIn* src = outs + ((base + j) * p.rows + row) * p.head_dim + d;
-          const bool load = active && j < 32 && w[u] != 0.f;
+          const bool load = active && w[u] != 0.f;
           if (vector) {
             const float4 v = load ? *reinterpret_cast<const float4*>(src) : make_float4(0.f, 0.f, 0.f, 0.f);
             x[u][0] = v.x;

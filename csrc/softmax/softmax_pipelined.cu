@@ -2,11 +2,11 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/util/Exception.h>
 
-#include <array>
 #include <utility>
 
 #include "common/cooperative_launch.h"
 #include "common/cuda_check.h"
+#include "common/per_device.h"
 #include "softmax/softmax_pipelined.cuh"
 
 namespace flash_attn_ext {
@@ -16,20 +16,12 @@ namespace softmax {
 // an H100) has an empty kernel, which must never be chosen. The architecture of the binary the device runs
 // is fixed per device and kernel, so it is looked up once.
 template <typename T> bool pipe_supported() {
-  static std::array<int, 64> binary_version = [] {
-    std::array<int, 64> a;
-    a.fill(-1);
-    return a;
-  }();
-  int device = 0;
-  FAE_CUDA_CHECK(cudaGetDevice(&device));
-  if (device < 0 || device >= static_cast<int>(binary_version.size())) return false;
-  if (binary_version[device] < 0) {
+  static PerDeviceMemo<int> binary_version;
+  return binary_version.get([] {
     cudaFuncAttributes attributes{};
     FAE_CUDA_CHECK(cudaFuncGetAttributes(&attributes, pipe::softmax_pipelined_rows_kernel<T>));
-    binary_version[device] = attributes.binaryVersion;
-  }
-  return binary_version[device] >= 90;
+    return attributes.binaryVersion;
+  }) >= 90;
 }
 
 template <typename T> int pipe_blocks_per_sm(int threads, size_t smem_bytes) {

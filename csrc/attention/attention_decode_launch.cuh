@@ -24,11 +24,9 @@ AttentionFwdLaunchInfo launch_info() {
     if (Traits::kSmemBytes > at::cuda::getCurrentDeviceProperties()->sharedMemPerBlockOptin) {
       return AttentionFwdLaunchInfo{Traits::kBlockM, Traits::kRoundKeys, 0};
     }
-    allow_dynamic_smem(&attention_decode_kernel<Traits>, Traits::kSmemBytes);
-    int blocks_per_sm = 0;
-    FAE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, &attention_decode_kernel<Traits>,
-                                                                 Traits::kThreads, Traits::kSmemBytes));
-    return AttentionFwdLaunchInfo{Traits::kBlockM, Traits::kRoundKeys, blocks_per_sm};
+    return AttentionFwdLaunchInfo{
+        Traits::kBlockM, Traits::kRoundKeys,
+        resident_blocks_per_sm(&attention_decode_kernel<Traits>, Traits::kThreads, Traits::kSmemBytes)};
   });
 }
 

@@ -18,11 +18,9 @@ AttentionFwdLaunchInfo attention_fwd_launch_info() {
   using Traits = typename AttentionFwdConfig<T, kHeadDim>::Traits;
   static PerDeviceMemo<AttentionFwdLaunchInfo> memo;
   return memo.get([] {
-    allow_dynamic_smem(&attention_fwd::attention_fwd_kernel<Traits>, Traits::kSmemBytes);
-    int blocks_per_sm = 0;
-    FAE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &blocks_per_sm, &attention_fwd::attention_fwd_kernel<Traits>, Traits::kThreads, Traits::kSmemBytes));
-    return AttentionFwdLaunchInfo{Traits::kBlockM, Traits::kBlockN, blocks_per_sm};
+    return AttentionFwdLaunchInfo{
+        Traits::kBlockM, Traits::kBlockN,
+        resident_blocks_per_sm(&attention_fwd::attention_fwd_kernel<Traits>, Traits::kThreads, Traits::kSmemBytes)};
   });
 }
 

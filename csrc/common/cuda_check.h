@@ -13,3 +13,13 @@ inline void allow_dynamic_smem(Kernel* kernel, size_t bytes) {
     FAE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
   }
 }
+
+// Blocks of `kernel` resident per SM at `threads` threads and `smem_bytes` of dynamic shared memory (0 when it
+// cannot launch), opting into that shared memory first.
+template <typename Kernel>
+inline int resident_blocks_per_sm(Kernel* kernel, int threads, size_t smem_bytes) {
+  allow_dynamic_smem(kernel, smem_bytes);
+  int blocks = 0;
+  FAE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, smem_bytes));
+  return blocks;
+}

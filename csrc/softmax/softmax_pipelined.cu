@@ -25,11 +25,7 @@ template <typename T> bool pipe_supported() {
 }
 
 template <typename T> int pipe_blocks_per_sm(int threads, size_t smem_bytes) {
-  allow_dynamic_smem(&pipe::softmax_pipelined_rows_kernel<T>, smem_bytes);
-  int blocks = 0;
-  FAE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, pipe::softmax_pipelined_rows_kernel<T>,
-                                                               threads, smem_bytes));
-  return blocks;
+  return resident_blocks_per_sm(&pipe::softmax_pipelined_rows_kernel<T>, threads, smem_bytes);
 }
 
 template <typename T>

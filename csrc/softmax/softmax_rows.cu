@@ -55,11 +55,7 @@ void launch_warp_rows(const RowsParams<T>& p, int vpl, bool aligned, int grid, c
 }
 
 template <typename T> int block_rows_blocks_per_sm(int vpt, bool aligned, int threads, size_t smem_bytes) {
-  const RowsKernel<T> k = select_block_kernel<T>(vpt, aligned);
-  allow_dynamic_smem(k, smem_bytes);
-  int blocks = 0;
-  FAE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, k, threads, smem_bytes));
-  return blocks;
+  return resident_blocks_per_sm(select_block_kernel<T>(vpt, aligned), threads, smem_bytes);
 }
 
 template <typename T>

@@ -61,7 +61,8 @@ __global__ void __launch_bounds__(32 * kMergeWarps) merge_attention_kernel(const
     for (int base = 0; base < splits; base += 32) {
       const float w_lane = lane_weight(base);
       for (int j0 = 0; j0 < 32 && base + j0 < splits; j0 += kBatch) {
-        float w[kBatch], x[kBatch][kVec];
+        float w[kBatch];
+        float x[kBatch][kVec] = {};  // the scalar path fills column 0 only
 #pragma unroll
         for (int u = 0; u < kBatch; ++u) {
           const int j = j0 + u;

@@ -1,6 +1,6 @@
 // The schema of every op lives here, once. Kernels register next to their code with
-// TORCH_LIBRARY_IMPL(flash_attn_ext, CPU|CUDA, m); fake kernels and the autograd guard are in
-// flash_attn_ext/ops.py.
+// TORCH_LIBRARY_IMPL(flash_attn_ext, CPU|CUDA, m), the autograd guard in autograd_guard.cpp; fake kernels are
+// in flash_attn_ext/ops.py.
 #include <Python.h>
 #include <torch/library.h>
 

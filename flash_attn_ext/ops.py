@@ -1,6 +1,7 @@
-"""Thin functional wrappers over ``torch.ops.flash_attn_ext`` plus fake kernels and the autograd guard.
+"""Thin functional wrappers over ``torch.ops.flash_attn_ext`` plus fake kernels.
 
-The op schemas live in csrc/registration.cpp; the kernels in csrc/. Nothing here computes a result.
+The op schemas live in csrc/registration.cpp, the autograd guard (backward raises) in csrc/autograd_guard.cpp,
+the kernels in csrc/. Nothing here computes a result.
 """
 from typing import Optional, Sequence, Tuple, Union
 
@@ -93,16 +94,3 @@ def _attention_fake(q, k, v, causal, scale):
 @torch.library.register_fake("flash_attn_ext::merge_attention")
 def _merge_attention_fake(outs, lses):
     return outs.new_empty(outs.shape[1:]), lses.new_empty(lses.shape[1:])
-
-
-# --- autograd: these are forward-only kernels; backward fails loudly instead of returning wrong grads ---
-
-def _no_backward(name):
-    def backward(ctx, *grads):
-        raise RuntimeError(f"flash_attn_ext.{name} is forward-only (no backward kernel); call it under "
-                           f"torch.no_grad() or use the torch equivalent when you need gradients")
-    return backward
-
-
-for _name in ("softmax", "log_softmax", "logsumexp", "attention", "merge_attention"):
-    torch.library.register_autograd(f"flash_attn_ext::{_name}", _no_backward(_name))

@@ -1,7 +1,6 @@
 #pragma once
 // Launch of the decode forward (attention_decode_kernel.cuh) for one (dtype, head-dim tile); instantiated
 // once per pair in csrc/attention/instantiations/.
-#include <ATen/cuda/CUDAContext.h>
 #include <c10/util/Exception.h>
 
 #include <climits>
@@ -9,7 +8,6 @@
 #include "attention/attention_decode_kernel.cuh"
 #include "attention/attention_fwd_api.h"
 #include "common/cuda_check.h"
-#include "common/per_device.h"
 
 namespace flash_attn_ext {
 
@@ -19,15 +17,12 @@ namespace attention_decode {
 // ~100 KB): the caller then takes the prefill kernel.
 template <typename Traits>
 AttentionFwdLaunchInfo launch_info() {
-  static PerDeviceMemo<AttentionFwdLaunchInfo> memo;
-  return memo.get([] {
-    if (Traits::kSmemBytes > at::cuda::getCurrentDeviceProperties()->sharedMemPerBlockOptin) {
-      return AttentionFwdLaunchInfo{Traits::kBlockM, Traits::kRoundKeys, 0};
-    }
-    return AttentionFwdLaunchInfo{
-        Traits::kBlockM, Traits::kRoundKeys,
-        resident_blocks_per_sm(&attention_decode_kernel<Traits>, Traits::kThreads, Traits::kSmemBytes)};
-  });
+  if (Traits::kSmemBytes > static_cast<size_t>(current_device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin))) {
+    return AttentionFwdLaunchInfo{Traits::kBlockM, Traits::kRoundKeys, 0};
+  }
+  return AttentionFwdLaunchInfo{
+      Traits::kBlockM, Traits::kRoundKeys,
+      resident_blocks_per_sm(&attention_decode_kernel<Traits>, Traits::kThreads, Traits::kSmemBytes)};
 }
 
 template <typename Traits>

@@ -1,7 +1,6 @@
 #pragma once
 // Launch of the tensor-core forward for one (dtype, head-dim tile); instantiated once per pair in
 // csrc/attention/instantiations/ so the pairs compile in parallel.
-#include <ATen/cuda/CUDAContext.h>
 #include <c10/util/Exception.h>
 
 #include <climits>
@@ -9,19 +8,15 @@
 #include "attention/attention_fwd_kernel.cuh"
 #include "attention/attention_fwd_api.h"
 #include "common/cuda_check.h"
-#include "common/per_device.h"
 
 namespace flash_attn_ext {
 
 template <typename T, int kHeadDim>
 AttentionFwdLaunchInfo attention_fwd_launch_info() {
   using Traits = typename AttentionFwdConfig<T, kHeadDim>::Traits;
-  static PerDeviceMemo<AttentionFwdLaunchInfo> memo;
-  return memo.get([] {
-    return AttentionFwdLaunchInfo{
-        Traits::kBlockM, Traits::kBlockN,
-        resident_blocks_per_sm(&attention_fwd::attention_fwd_kernel<Traits>, Traits::kThreads, Traits::kSmemBytes)};
-  });
+  return AttentionFwdLaunchInfo{
+      Traits::kBlockM, Traits::kBlockN,
+      resident_blocks_per_sm(&attention_fwd::attention_fwd_kernel<Traits>, Traits::kThreads, Traits::kSmemBytes)};
 }
 
 template <typename T, int kHeadDim>

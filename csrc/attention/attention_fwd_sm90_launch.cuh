@@ -2,7 +2,6 @@
 // Launch of the wgmma (sm_90a) forward for one (dtype, head-dim tile); instantiated once per pair in
 // csrc/attention/instantiations/ next to the mma.sync launchers. The kernel body exists only in the sm_90a
 // code of a build whose arch list has 9.0a; the host dispatch calls this only then (attention_cuda.cu).
-#include <ATen/cuda/CUDAContext.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
@@ -54,7 +53,7 @@ bool launch_attention_fwd_sm90(const AttentionParams& p, cudaStream_t stream) {
     // As many blocks as are resident at once (kMinBlocksPerSm per SM: the launch bounds hold the registers
     // and the traits assert the shared memory), each looping over work units.
     const int64_t resident =
-        int64_t(Traits::kMinBlocksPerSm) * at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+        int64_t(Traits::kMinBlocksPerSm) * current_device_attribute(cudaDevAttrMultiProcessorCount);
     blocks = std::min<int64_t>(attention_fwd_sm90::persistent_units(blocks, static_cast<int>(m_blocks), p.causal),
                                resident);
   }

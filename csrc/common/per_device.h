@@ -1,10 +1,10 @@
 #pragma once
-// A value that depends only on the device (a kernel's occupancy, the architecture of the binary it runs):
+// A value that depends only on the device (say, the architecture of the binary a kernel runs there):
 // computed on each device's first call and kept, so launch paths do not ask the driver again on every call.
-#include <c10/cuda/CUDAFunctions.h>
-
 #include <array>
 #include <mutex>
+
+#include "common/cuda_check.h"
 
 namespace flash_attn_ext {
 
@@ -14,7 +14,7 @@ class PerDeviceMemo {
   // compute() runs once per device (again if it threw); devices past kMaxDevices compute on every call.
   template <typename Compute>
   T get(const Compute& compute) {
-    const int device = c10::cuda::current_device();
+    const int device = current_cuda_device();
     if (device < 0 || device >= kMaxDevices) return compute();
     std::call_once(once_[device], [&] { values_[device] = compute(); });
     return values_[device];

@@ -393,6 +393,8 @@ template <typename T> void softmax_cuda_typed(const SoftmaxProblem& p, cudaStrea
 }  // namespace
 }  // namespace softmax
 
+namespace {
+
 void softmax_cuda(const SoftmaxProblem& p) {
   const c10::cuda::CUDAGuard guard(p.x.device());
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
@@ -404,8 +406,6 @@ void softmax_cuda(const SoftmaxProblem& p) {
     default: TORCH_CHECK_TYPE(false, p.op, ": no CUDA kernel for dtype ", p.x.scalar_type());
   }
 }
-
-namespace {
 
 at::Tensor softmax_op(const at::Tensor& x, int64_t dim, c10::string_view algorithm) {
   return run_softmax_op("flash_attn_ext.softmax", x, dim, algorithm, SoftmaxOutput::Softmax, false, softmax_cuda);

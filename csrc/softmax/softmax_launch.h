@@ -9,12 +9,9 @@
 
 #include <cstdint>
 
-#include "softmax/softmax_problem.h"
+#include "softmax/softmax_kinds.h"
 
 namespace flash_attn_ext {
-
-// Entry point registered for the CUDA dispatch key (softmax_cuda.cu).
-void softmax_cuda(const SoftmaxProblem& p);
 
 namespace softmax {
 

@@ -1,5 +1,4 @@
 // Launcher of the pipelined row kernel (softmax_pipelined.cuh), instantiated per dtype.
-#include <ATen/cuda/CUDAContext.h>
 #include <c10/util/Exception.h>
 
 #include <utility>

@@ -3,10 +3,9 @@
 #include <ATen/core/Tensor.h>
 #include <c10/util/string_view.h>
 
-namespace flash_attn_ext {
+#include "softmax/softmax_kinds.h"
 
-enum class SoftmaxAlgorithm { Auto, Safe, Online };
-enum class SoftmaxOutput { Softmax, LogSoftmax, LogSumExp };
+namespace flash_attn_ext {
 
 // The contiguous input viewed as (outer, len, inner); the reduction runs over len. Rows are contiguous
 // when inner == 1. `out` is contiguous: x's shape, or (outer, inner) with `dim` dropped for LogSumExp.

@@ -41,6 +41,7 @@ struct LaunchMemo {
   std::mutex mutex;
   std::map<std::pair<int, const void*>, size_t> smem_allowed;               // (device, kernel) -> bytes
   std::map<std::tuple<int, const void*, int, size_t>, int> blocks_per_sm;  // (device, kernel, threads, bytes)
+  std::map<std::pair<int, const void*>, int> binary_version;               // (device, kernel)
 };
 inline LaunchMemo& launch_memo() {
   static LaunchMemo* memo = new LaunchMemo();  // never destroyed: usable from other static destructors
@@ -65,10 +66,10 @@ inline void allow_dynamic_smem(Kernel* kernel, size_t bytes) {
 }
 
 // Blocks of `kernel` resident per SM at `threads` threads and `smem_bytes` of dynamic shared memory (0 when it
-// cannot launch), opting into that shared memory first. Asked once per device and configuration.
+// cannot launch), opting into that shared memory first. Asked once per device and configuration: a memo hit
+// implies the opt-in was made, so it costs one device query and one lookup.
 template <typename Kernel>
 inline int resident_blocks_per_sm(Kernel* kernel, int threads, size_t smem_bytes) {
-  allow_dynamic_smem(kernel, smem_bytes);
   auto& memo = flash_attn_ext::detail::launch_memo();
   const auto key = std::make_tuple(flash_attn_ext::current_cuda_device(), reinterpret_cast<const void*>(kernel),
                                    threads, smem_bytes);
@@ -77,9 +78,28 @@ inline int resident_blocks_per_sm(Kernel* kernel, int threads, size_t smem_bytes
     const auto it = memo.blocks_per_sm.find(key);
     if (it != memo.blocks_per_sm.end()) return it->second;
   }
+  allow_dynamic_smem(kernel, smem_bytes);
   int blocks = 0;
   FAE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, smem_bytes));
   std::lock_guard<std::mutex> lock(memo.mutex);
   memo.blocks_per_sm[key] = blocks;
   return blocks;
+}
+
+// The architecture of the binary `kernel` runs on the current device (major * 10 + minor: 90 for sm_90a
+// code), asked once per device. A build without code for that architecture may hold an empty stub there.
+template <typename Kernel>
+inline int kernel_binary_version(Kernel* kernel) {
+  auto& memo = flash_attn_ext::detail::launch_memo();
+  const auto key = std::make_pair(flash_attn_ext::current_cuda_device(), reinterpret_cast<const void*>(kernel));
+  {
+    std::lock_guard<std::mutex> lock(memo.mutex);
+    const auto it = memo.binary_version.find(key);
+    if (it != memo.binary_version.end()) return it->second;
+  }
+  cudaFuncAttributes attributes{};
+  FAE_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
+  std::lock_guard<std::mutex> lock(memo.mutex);
+  memo.binary_version[key] = attributes.binaryVersion;
+  return attributes.binaryVersion;
 }

@@ -247,6 +247,8 @@ template <> struct VecIO<__nv_bfloat16> {
 
 __device__ __forceinline__ uint4 load16(const void* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
 __device__ __forceinline__ void store16(void* p, uint4 v) { *reinterpret_cast<uint4*>(p) = v; }
+// st.global.cs: the line is cached evict-first in L2.
+__device__ __forceinline__ void store16_streaming(void* p, uint4 v) { __stcs(reinterpret_cast<uint4*>(p), v); }
 
 // A "group" is what one thread of a team of nt threads holds of a row, starting at element `first`:
 //  aligned: vector s of thread t is the 16-byte vector at element first + (s * nt + t) * kVec, so the team

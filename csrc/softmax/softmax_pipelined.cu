@@ -5,22 +5,15 @@
 
 #include "common/cooperative_launch.h"
 #include "common/cuda_check.h"
-#include "common/per_device.h"
 #include "softmax/softmax_pipelined.cuh"
 
 namespace flash_attn_ext {
 namespace softmax {
 
 // The kernel body exists only in sm_90+ code; a build without it (say TORCH_CUDA_ARCH_LIST=8.0 running on
-// an H100) has an empty kernel, which must never be chosen. The architecture of the binary the device runs
-// is fixed per device and kernel, so it is looked up once.
+// an H100) has an empty kernel, which must never be chosen.
 template <typename T> bool pipe_supported() {
-  static PerDeviceMemo<int> binary_version;
-  return binary_version.get([] {
-    cudaFuncAttributes attributes{};
-    FAE_CUDA_CHECK(cudaFuncGetAttributes(&attributes, pipe::softmax_pipelined_rows_kernel<T>));
-    return attributes.binaryVersion;
-  }) >= 90;
+  return kernel_binary_version(&pipe::softmax_pipelined_rows_kernel<T>) >= 90;
 }
 
 template <typename T> int pipe_blocks_per_sm(int threads, size_t smem_bytes) {

@@ -279,6 +279,15 @@ def test_backward_raises(device, name):
         out.sum().backward()
 
 
+def test_every_op_has_the_forward_only_guard():
+    # csrc/autograd_guard.cpp names the ops a second time (registration.cpp defines them): an op missing
+    # there would get no Autograd kernel and no error on backward.
+    names = [n for n in torch._C._dispatch_get_all_op_names() if n.startswith("flash_attn_ext::")]
+    assert len(names) >= 5, names
+    for name in names:
+        assert torch._C._dispatch_has_kernel_for_dispatch_key(name, "Autograd"), name
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_opcheck(device):
     ops = torch.ops.flash_attn_ext

@@ -257,6 +257,26 @@ def test_rejects_dim_out_of_range(device, op, shape, dim):
         op(x, dim)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_error_message_in_a_fresh_process(device):
+    # The first call of a fresh interpreter fails a check whose message formats integers. A build linked
+    # against a static copy of libstdc++ crashed exactly here (SIGSEGV while formatting the number: that
+    # copy's locale facets were never set up in a process that had loaded the shared libstdc++ first), while
+    # the same check passed inside pytest after other calls.
+    import os
+    import subprocess
+    import sys
+
+    code = ("import torch, flash_attn_ext as fae\n"
+            f"x = torch.randn(3, 4, device='{device}')\n"
+            "try:\n    fae.softmax(x, 5)\nexcept IndexError as e:\n    print('raised:', e)\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    child = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300,
+                           cwd=os.path.dirname(os.path.abspath(__file__)))
+    assert child.returncode == 0, (child.returncode, child.stderr[-3000:])
+    assert "raised: flash_attn_ext.softmax: dim=5 is out of range" in child.stdout, child.stdout
+
+
 @pytest.mark.parametrize("algorithm", ["fast", "", "Online", "SAFE"])
 @pytest.mark.parametrize("op", SOFTMAX_OPS)
 @pytest.mark.parametrize("device", DEVICES)

@@ -20,7 +20,8 @@
 //            pipe 0: 32 elements per thread per 16 KiB piece, fp32 128, 16-bit 256; pipe at most 512)
 //   smem     block/split: vectors per thread in shared memory (aligned rows only). Absent: block the fewest
 //            that hold the row with the given threads (0 when threads is absent), split 0
-//   chunks   split: blocks per row (0: fewest that hold the row); pipe: blocks per row (0: the heuristic's)
+//   chunks   split: blocks per row (0: fewest that hold the row); pipe: blocks per row at most (0: the
+//            heuristic's; chunks are cut to whole ring pieces or 128 bytes, which may leave fewer)
 //   bpsm     warp/block/split: persistent grid of at most bpsm blocks per SM (0: one item per block; split:
 //            as many as are resident); pipe: blocks sharing an SM, each with 1 / bpsm of its ring (0: 1)
 //   steps    stream: 256-thread block-steps per chunk (0: the heuristic's)

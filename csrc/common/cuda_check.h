@@ -47,6 +47,22 @@ inline LaunchMemo& launch_memo() {
   static LaunchMemo* memo = new LaunchMemo();  // never destroyed: usable from other static destructors
   return *memo;
 }
+
+// map[key], computed by ask() on a miss. ask() runs outside the lock (it calls the driver, and may take the
+// lock itself); two threads missing at once both ask and store the same answer.
+template <typename Map, typename Ask>
+inline typename Map::mapped_type memoized(Map& map, const typename Map::key_type& key, Ask ask) {
+  auto& memo = launch_memo();
+  {
+    std::lock_guard<std::mutex> lock(memo.mutex);
+    const auto it = map.find(key);
+    if (it != map.end()) return it->second;
+  }
+  const typename Map::mapped_type value = ask();
+  std::lock_guard<std::mutex> lock(memo.mutex);
+  map[key] = value;
+  return value;
+}
 }  // namespace detail
 }  // namespace flash_attn_ext
 
@@ -73,17 +89,12 @@ inline int resident_blocks_per_sm(Kernel* kernel, int threads, size_t smem_bytes
   auto& memo = flash_attn_ext::detail::launch_memo();
   const auto key = std::make_tuple(flash_attn_ext::current_cuda_device(), reinterpret_cast<const void*>(kernel),
                                    threads, smem_bytes);
-  {
-    std::lock_guard<std::mutex> lock(memo.mutex);
-    const auto it = memo.blocks_per_sm.find(key);
-    if (it != memo.blocks_per_sm.end()) return it->second;
-  }
-  allow_dynamic_smem(kernel, smem_bytes);
-  int blocks = 0;
-  FAE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, smem_bytes));
-  std::lock_guard<std::mutex> lock(memo.mutex);
-  memo.blocks_per_sm[key] = blocks;
-  return blocks;
+  return flash_attn_ext::detail::memoized(memo.blocks_per_sm, key, [&] {
+    allow_dynamic_smem(kernel, smem_bytes);
+    int blocks = 0;
+    FAE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, smem_bytes));
+    return blocks;
+  });
 }
 
 // The architecture of the binary `kernel` runs on the current device (major * 10 + minor: 90 for sm_90a
@@ -92,14 +103,9 @@ template <typename Kernel>
 inline int kernel_binary_version(Kernel* kernel) {
   auto& memo = flash_attn_ext::detail::launch_memo();
   const auto key = std::make_pair(flash_attn_ext::current_cuda_device(), reinterpret_cast<const void*>(kernel));
-  {
-    std::lock_guard<std::mutex> lock(memo.mutex);
-    const auto it = memo.binary_version.find(key);
-    if (it != memo.binary_version.end()) return it->second;
-  }
-  cudaFuncAttributes attributes{};
-  FAE_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
-  std::lock_guard<std::mutex> lock(memo.mutex);
-  memo.binary_version[key] = attributes.binaryVersion;
-  return attributes.binaryVersion;
+  return flash_attn_ext::detail::memoized(memo.binary_version, key, [&] {
+    cudaFuncAttributes attributes{};
+    FAE_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
+    return attributes.binaryVersion;
+  });
 }

@@ -63,7 +63,7 @@ int pipe_ring_pieces(size_t smem_optin, int per_sm) {
 // Elements per chunk when a row is cut into at most `chunks` pieces for the pipelined kernel: whole ring
 // pieces where that leaves two pieces of the ring free (the chunk count may drop), else a multiple of 128
 // bytes. Why: every bulk copy then starts 128-byte aligned within the row. On the H100 a ring of bulk copies
-// from 16-byte-aligned addresses read 10 % slower than from aligned ones (scripts probe, s13), and fp32
+// from 16-byte-aligned addresses read 10 % slower than from aligned ones (read probe, NOTES "s13"), and fp32
 // 8x4194304 ran 137 us with 129 or 131 chunks (16-byte-aligned chunks), 133 us with 132 (128-byte) and
 // 128 us with 128 chunks of whole pieces.
 template <typename T> int64_t pipe_chunk_elems(int64_t len, int chunks, int ring_pieces) {

@@ -435,6 +435,31 @@ def test_forced_configs_cuda(config):
 
 
 @pytest.mark.cuda
+@requires_cuda
+@pytest.mark.parametrize("config, message", [
+    ("kind=bogus", "kind must be warp, block, split, stream or pipe"),
+    ("lanes=4", "names no kind"),
+    ("kind=warp,lanes=abc", "lanes=abc is not a non-negative integer"),
+    ("kind=warp,lanes=3,vpt=2", "lanes must be a power of two"),
+    ("kind=warp,vpt=3", "vpt must be 1, 2, 4 or 8")])
+def test_forced_config_errors_cuda(config, message):
+    # A malformed or unfit FAE_SOFTMAX_CONFIG is a RuntimeError naming the problem, in a fresh process (where
+    # the build of s13 crashed formatting the message), never a fallback.
+    import os
+    import subprocess
+    import sys
+
+    code = ("import torch, flash_attn_ext as fae\n"
+            "x = torch.randn(64, 128, device='cuda')\n"
+            "try:\n    fae.softmax(x, -1)\nexcept RuntimeError as e:\n    print('raised:', e)\n")
+    env = dict(os.environ, FAE_SOFTMAX_CONFIG=config, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    child = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300,
+                           cwd=os.path.dirname(os.path.abspath(__file__)))
+    assert child.returncode == 0, (child.returncode, child.stderr[-3000:])
+    assert "raised:" in child.stdout and message in child.stdout, child.stdout
+
+
+@pytest.mark.cuda
 @pytest.mark.large
 @requires_cuda
 @pytest.mark.parametrize("shape, dim, dtype", [

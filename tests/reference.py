@@ -5,6 +5,9 @@ measures the op's arithmetic alone. Their results are ground truth for the bound
 kernels in the op's dtype serve as the baseline that says how much error is reasonable.
 """
 import math
+import os
+import subprocess
+import sys
 from typing import Optional, Tuple
 
 import pytest
@@ -16,6 +19,15 @@ HAS_CUDA = torch.cuda.is_available()
 DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.cuda,
                                               pytest.mark.skipif(not HAS_CUDA, reason="no CUDA GPU")])]
 requires_cuda = pytest.mark.skipif(not HAS_CUDA, reason="no CUDA GPU")
+
+
+def run_in_fresh_python(code: str, timeout: Optional[float] = 300, **env_vars) -> subprocess.CompletedProcess:
+    """Runs `code` in a child interpreter with this process's import path, the tests folder as its working
+    directory and `env_vars` added to the environment: for what a process reads once (FAE_SOFTMAX_CONFIG,
+    FLASH_ATTN_EXT_CPU_ISA) and failures that show only in a fresh process."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p), **env_vars)
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=timeout,
+                          cwd=os.path.dirname(os.path.abspath(__file__)))
 
 
 def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:

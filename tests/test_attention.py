@@ -8,7 +8,7 @@ import torch
 
 import flash_attn_ext as fae
 from reference import (DEVICES, HAS_CUDA, NO_INDUCTOR_CACHE, attention_ref, merge_ref, poison, rel_err,
-                       requires_cuda, sdpa_baseline)
+                       requires_cuda, run_in_fresh_python, sdpa_baseline)
 
 DTYPES = [torch.float16, torch.bfloat16, torch.float32]
 HEAD_DIMS = [8, 16, 40, 64, 72, 96, 128, 200, 256]
@@ -204,13 +204,7 @@ print("checked")
 def test_cpu_isa_variants(isa):
     # The CPU tile math is compiled per instruction set and picked at load time: the other variants never
     # run in this process, so each one runs once in a child process pinned with FLASH_ATTN_EXT_CPU_ISA.
-    import os
-    import subprocess
-    import sys
-
-    env = dict(os.environ, FLASH_ATTN_EXT_CPU_ISA=isa, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-    child = subprocess.run([sys.executable, "-c", CPU_ISA_CHECK], env=env, capture_output=True, text=True,
-                           cwd=os.path.dirname(os.path.abspath(__file__)))
+    child = run_in_fresh_python(CPU_ISA_CHECK, timeout=None, FLASH_ATTN_EXT_CPU_ISA=isa)
     if "lacks" in child.stderr or "has no x86 variants" in child.stderr:
         pytest.skip(f"this CPU or build has no {isa} variant")
     assert child.returncode == 0 and "checked" in child.stdout, child.stderr[-3000:]

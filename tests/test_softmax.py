@@ -7,7 +7,7 @@ import torch
 
 import flash_attn_ext as fae
 from reference import (DEVICES, NO_INDUCTOR_CACHE, log_softmax_ref, logsumexp_ref, poison, rel_err,
-                       requires_cuda, softmax_ref)
+                       requires_cuda, run_in_fresh_python, softmax_ref)
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
 ALGORITHMS = ["safe", "online", "auto"]
@@ -17,6 +17,7 @@ LAYOUTS = ["contiguous", "transposed", "sliced"]
 # fp32/fp64: a fixed relative threshold, or 2 x torch's own error + half of it where torch errs more (long rows).
 LOW_PRECISION_EPS = {torch.float16: 1e-4, torch.bfloat16: 5e-4}
 FIXED_BOUND = {torch.float32: 1e-6, torch.float64: 1e-12}
+
 
 # (shape, dim): odd lengths, every dim position, negative dims, size-1 dims.
 CASES = [
@@ -263,16 +264,10 @@ def test_error_message_in_a_fresh_process(device):
     # against a static copy of libstdc++ crashed exactly here (SIGSEGV while formatting the number: that
     # copy's locale facets were never set up in a process that had loaded the shared libstdc++ first), while
     # the same check passed inside pytest after other calls.
-    import os
-    import subprocess
-    import sys
-
     code = ("import torch, flash_attn_ext as fae\n"
             f"x = torch.randn(3, 4, device='{device}')\n"
             "try:\n    fae.softmax(x, 5)\nexcept IndexError as e:\n    print('raised:', e)\n")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-    child = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300,
-                           cwd=os.path.dirname(os.path.abspath(__file__)))
+    child = run_in_fresh_python(code)
     assert child.returncode == 0, (child.returncode, child.stderr[-3000:])
     assert "raised: flash_attn_ext.softmax: dim=5 is out of range" in child.stdout, child.stdout
 
@@ -422,15 +417,9 @@ print("checked")
 def test_forced_configs_cuda(config):
     # FAE_SOFTMAX_CONFIG (the tuning hook) is read once per process: each configuration runs in a child that
     # checks every op, on short and long rows split into the configuration's chunks (or whole rows).
-    import os
-    import subprocess
-    import sys
-
     if config.startswith("kind=pipe") and torch.cuda.get_device_capability() < (9, 0):
         pytest.skip("the pipelined kernel needs sm_90")
-    env = dict(os.environ, FAE_SOFTMAX_CONFIG=config, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-    child = subprocess.run([sys.executable, "-c", FORCED_CONFIG_CHECK], env=env, capture_output=True, text=True,
-                           cwd=os.path.dirname(os.path.abspath(__file__)))
+    child = run_in_fresh_python(FORCED_CONFIG_CHECK, timeout=None, FAE_SOFTMAX_CONFIG=config)
     assert child.returncode == 0 and "checked" in child.stdout, child.stderr[-3000:]
 
 
@@ -445,16 +434,10 @@ def test_forced_configs_cuda(config):
 def test_forced_config_errors_cuda(config, message):
     # A malformed or unfit FAE_SOFTMAX_CONFIG is a RuntimeError naming the problem, in a fresh process (where
     # the build of s13 crashed formatting the message), never a fallback.
-    import os
-    import subprocess
-    import sys
-
     code = ("import torch, flash_attn_ext as fae\n"
             "x = torch.randn(64, 128, device='cuda')\n"
             "try:\n    fae.softmax(x, -1)\nexcept RuntimeError as e:\n    print('raised:', e)\n")
-    env = dict(os.environ, FAE_SOFTMAX_CONFIG=config, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-    child = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300,
-                           cwd=os.path.dirname(os.path.abspath(__file__)))
+    child = run_in_fresh_python(code, FAE_SOFTMAX_CONFIG=config)
     assert child.returncode == 0, (child.returncode, child.stderr[-3000:])
     assert "raised:" in child.stdout and message in child.stdout, child.stdout
 

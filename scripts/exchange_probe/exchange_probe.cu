@@ -77,6 +77,26 @@ __device__ __forceinline__ unsigned long long ld_relaxed64(const unsigned long l
   asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
   return v;
 }
+// The barrier's one arrival per phase, announcing the bytes its bulk copies will complete.
+__device__ __forceinline__ void expect_bytes(uint64_t* bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
+}
+// One 16 KiB piece from global to shared memory by a bulk copy completing on `bar`.
+__device__ __forceinline__ void load_piece(void* dst, const void* src, uint64_t* bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                   smem_u32(dst)),
+               "l"(src), "r"(kPiece), "r"(smem_u32(bar))
+               : "memory");
+}
+__device__ __forceinline__ void wait_phase(uint64_t* bar, unsigned phase) {
+  unsigned done = 0;
+  while (!done) {
+    asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done)
+                 : "r"(smem_u32(bar)), "r"(phase)
+                 : "memory");
+  }
+}
 __device__ __forceinline__ unsigned long long pack(float m, float d) {
   return (static_cast<unsigned long long>(__float_as_uint(d)) << 32) | __float_as_uint(m);
 }
@@ -121,21 +141,12 @@ __global__ void __launch_bounds__(128, 1) probe(Args a) {
     if (t != 0) return;
     unsigned long long n = 0;
     while (*reinterpret_cast<volatile int*>(a.stop) == 0) {
-      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(&bar)), "r"(a.K * kPiece) : "memory");
+      expect_bytes(&bar, a.K * kPiece);
       for (int k = 0; k < a.K; ++k, ++n) {
         const size_t p = (n * gridDim.x + b) % (a.src_bytes / kPiece);
-        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                         smem_u32(ring + k * kPiece)),
-                     "l"(a.src + p * kPiece), "r"(kPiece), "r"(smem_u32(&bar))
-                     : "memory");
+        load_piece(ring + k * kPiece, a.src + p * kPiece, &bar);
       }
-      unsigned done = 0;
-      while (!done) {
-        asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
-                     : "=r"(done)
-                     : "r"(smem_u32(&bar)), "r"(phase)
-                     : "memory");
-      }
+      wait_phase(&bar, phase);
       phase ^= 1;
     }
     a.streamed[b] = n;
@@ -146,14 +157,11 @@ __global__ void __launch_bounds__(128, 1) probe(Args a) {
   for (int r = 0; r < a.rounds; ++r) {
     const float m = static_cast<float>((b * 7 + r * 13) % 101) * 0.01f, d = 1.0f + b * 1e-3f;
     if (t == 0 && K > 0) {
-      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(&bar)), "r"(K * kPiece) : "memory");
+      expect_bytes(&bar, K * kPiece);
       for (int k = 0; k < K; ++k) {
         const size_t p = (static_cast<size_t>(r) * G + b) * K + k;
         const char* src = a.src + (p * kPiece) % a.src_bytes;
-        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                         smem_u32(ring + k * kPiece)),
-                     "l"(src), "r"(kPiece), "r"(smem_u32(&bar))
-                     : "memory");
+        load_piece(ring + k * kPiece, src, &bar);
       }
     }
     float M = -INFINITY, D = 0.f;
@@ -231,13 +239,7 @@ __global__ void __launch_bounds__(128, 1) probe(Args a) {
     if (t == 0) a.t_done[base + b] = gtime();
     acc += M + D;
     if (t == 0 && K > 0) {
-      unsigned done = 0;
-      while (!done) {
-        asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
-                     : "=r"(done)
-                     : "r"(smem_u32(&bar)), "r"(phase)
-                     : "memory");
-      }
+      wait_phase(&bar, phase);
     }
     if (K > 0) phase ^= 1;
     __syncthreads();

@@ -286,47 +286,45 @@ int main() {
   for (const Case& cs : cases) {
     const int K = cs.K, variant = cs.variant;
     const int GX = cs.split ? G / 2 : G;
-    {
-      for (int rep = 0; rep < 2; ++rep) {
-        a.variant = variant;
-        a.K = K;
-        a.split = cs.split;
-        a.rounds = K == 0 || cs.split ? maxR : 400;
-        CK(cudaMemset(a.stop, 0, sizeof(int)));
-        CK(cudaMemset(a.streamed, 0, sizeof(unsigned long long) * G));
-        CK(cudaMemset(a.slots, 0xff, sizeof(unsigned long long) * maxR * G));
-        CK(cudaMemset(a.result, 0xff, sizeof(unsigned long long) * maxR));
-        CK(cudaMemset(a.counters, 0, sizeof(int) * maxR));
-        void* params[] = {&a};
-        CK(cudaEventRecord(e0));
-        CK(cudaLaunchCooperativeKernel((void*)probe, dim3(G), dim3(128), params, smem, 0));
-        CK(cudaEventRecord(e1));
-        CK(cudaEventSynchronize(e1));
-        CK(cudaGetLastError());
-        float ms = 0;
-        CK(cudaEventElapsedTime(&ms, e0, e1));
-        if (rep == 0) continue;
-        CK(cudaMemcpy(tp.data(), a.t_pub, sizeof(unsigned long long) * a.rounds * GX, cudaMemcpyDeviceToHost));
-        CK(cudaMemcpy(td.data(), a.t_done, sizeof(unsigned long long) * a.rounds * GX, cudaMemcpyDeviceToHost));
-        std::vector<unsigned long long> streamed(G);
-        CK(cudaMemcpy(streamed.data(), a.streamed, sizeof(unsigned long long) * G, cudaMemcpyDeviceToHost));
-        double pieces = 0;
-        for (auto v : streamed) pieces += double(v);
-        std::vector<double> lat, spread;
-        for (int r = 10; r < a.rounds; ++r) {
-          unsigned long long last = 0, first = ~0ull;
-          for (int b = 0; b < GX; ++b) last = std::max(last, tp[r * GX + b]), first = std::min(first, tp[r * GX + b]);
-          spread.push_back((last - first) / 1e3);
-          for (int b = 0; b < GX; ++b) lat.push_back((double(td[r * GX + b]) - double(last)) / 1e3);
-        }
-        if (cs.split) std::printf("split (%d exchange, %d stream at %.0f GB/s) ", GX, G - GX, pieces * kPiece / (ms * 1e6));
-        std::sort(lat.begin(), lat.end());
-        std::sort(spread.begin(), spread.end());
-        std::printf("K %d variant %d: %.3f us per round; after the last publish: median %.3f p90 %.3f max %.3f us;"
-                    " publish spread median %.3f us\n",
-                    K, variant, ms * 1e3 / a.rounds, lat[lat.size() / 2], lat[lat.size() * 9 / 10], lat.back(),
-                    spread[spread.size() / 2]);
+    for (int rep = 0; rep < 2; ++rep) {  // rep 0 warms up; rep 1 is reported
+      a.variant = variant;
+      a.K = K;
+      a.split = cs.split;
+      a.rounds = K == 0 || cs.split ? maxR : 400;
+      CK(cudaMemset(a.stop, 0, sizeof(int)));
+      CK(cudaMemset(a.streamed, 0, sizeof(unsigned long long) * G));
+      CK(cudaMemset(a.slots, 0xff, sizeof(unsigned long long) * maxR * G));
+      CK(cudaMemset(a.result, 0xff, sizeof(unsigned long long) * maxR));
+      CK(cudaMemset(a.counters, 0, sizeof(int) * maxR));
+      void* params[] = {&a};
+      CK(cudaEventRecord(e0));
+      CK(cudaLaunchCooperativeKernel((void*)probe, dim3(G), dim3(128), params, smem, 0));
+      CK(cudaEventRecord(e1));
+      CK(cudaEventSynchronize(e1));
+      CK(cudaGetLastError());
+      float ms = 0;
+      CK(cudaEventElapsedTime(&ms, e0, e1));
+      if (rep == 0) continue;
+      CK(cudaMemcpy(tp.data(), a.t_pub, sizeof(unsigned long long) * a.rounds * GX, cudaMemcpyDeviceToHost));
+      CK(cudaMemcpy(td.data(), a.t_done, sizeof(unsigned long long) * a.rounds * GX, cudaMemcpyDeviceToHost));
+      std::vector<unsigned long long> streamed(G);
+      CK(cudaMemcpy(streamed.data(), a.streamed, sizeof(unsigned long long) * G, cudaMemcpyDeviceToHost));
+      double pieces = 0;
+      for (auto v : streamed) pieces += double(v);
+      std::vector<double> lat, spread;
+      for (int r = 10; r < a.rounds; ++r) {
+        unsigned long long last = 0, first = ~0ull;
+        for (int b = 0; b < GX; ++b) last = std::max(last, tp[r * GX + b]), first = std::min(first, tp[r * GX + b]);
+        spread.push_back((last - first) / 1e3);
+        for (int b = 0; b < GX; ++b) lat.push_back((double(td[r * GX + b]) - double(last)) / 1e3);
       }
+      if (cs.split) std::printf("split (%d exchange, %d stream at %.0f GB/s) ", GX, G - GX, pieces * kPiece / (ms * 1e6));
+      std::sort(lat.begin(), lat.end());
+      std::sort(spread.begin(), spread.end());
+      std::printf("K %d variant %d: %.3f us per round; after the last publish: median %.3f p90 %.3f max %.3f us;"
+                  " publish spread median %.3f us\n",
+                  K, variant, ms * 1e3 / a.rounds, lat[lat.size() / 2], lat[lat.size() * 9 / 10], lat.back(),
+                  spread[spread.size() / 2]);
     }
   }
   return 0;

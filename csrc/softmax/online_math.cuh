@@ -246,7 +246,20 @@ template <> struct VecIO<__nv_bfloat16> {
 };
 
 __device__ __forceinline__ uint4 load16(const void* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
-__device__ __forceinline__ void store16(void* p, uint4 v) { *reinterpret_cast<uint4*>(p) = v; }
+// One 16-byte store of a packed vector of T. For 16-bit T, NVVM split the plain uint4 assignment into four
+// 32-bit stores (PTX st.global.u32: every vector but the first of the warp kernel, all of the block
+// kernel's), costing the bf16 / fp16 warp kernel 2-5 % of its kernel time on the H100 (s15); inline PTX
+// keeps them one vector store. Other types keep the plain assignment: fp32 compiles to one vector store
+// already, and the PTX form slowed the fp32 pipelined kernel's store pass (1024x32768: 101 -> 115 us, s15).
+// (fp64 is still split into 64- and 32-bit stores; not measured.)
+template <typename T> __device__ __forceinline__ void store16(T* p, uint4 v) {
+  if constexpr (sizeof(T) == 2) {
+    asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+                 : "memory");
+  } else {
+    *reinterpret_cast<uint4*>(p) = v;
+  }
+}
 // st.global.cs: the line is cached evict-first in L2.
 __device__ __forceinline__ void store16_streaming(void* p, uint4 v) { __stcs(reinterpret_cast<uint4*>(p), v); }
 

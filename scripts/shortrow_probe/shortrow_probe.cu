@@ -1,15 +1,15 @@
 // Short-row probe (benchmarks/NOTES.md, log row "probe s15"): what a small one-wave call (bf16 65536x128,
-// 16 MiB in, 16 MiB out) costs when every SM puts its whole share in flight at once with bulk (TMA) copies,
-// against plain 16-byte loads and stores as the library's warp kernel and torch's copy issue them.
+// 16 MiB in, 16 MiB out) costs with plain 16-byte loads and stores (torch's copy, a minimal warp softmax, the
+// library's warp kernel) and when every SM puts its whole share in flight at once with bulk (TMA) copies.
 // Timed like benchmarks/common.py: before each call a 256 MiB buffer is read (no input in L2), each call
 // alone between two events, median over the reps.
 // Kernels (all on the same buffers):
-//   copy_ldg      grid-stride 16-byte copy, `per` vectors per thread in flight
-//   copy_bulk     one block per SM (or `bpsm`), contiguous share, pieces of P bytes in a ring: bulk load ->
-//                 bulk store from the same slot
-//   soft_ldg      warp softmax as the library's: teams of 8 lanes x 2 vectors per 128-element row
-//   soft_bulk     bulk load of pieces, softmax of the piece's rows from shared memory (16 lanes x 1 vector
-//                 per row), result stored by 16-byte stores (store=0) or written back and bulk-stored (1)
+//   copy_ldg      grid-stride 16-byte copy, `per` vectors per thread in flight; and cudaMemcpyAsync
+//   soft_ldg      minimal warp softmax: teams of 16 / kV lanes x kV vectors per 128-element row
+//   library       softmax_warp_rows_kernel (csrc/softmax/softmax_rows.cuh) at 1, 2, 4 vectors per lane
+//   bulk_kernel   one or two blocks per SM, contiguous share, pieces in a ring filled by bulk loads;
+//                 mode 0 copy (bulk store from the slot), 1 softmax of the piece's rows from shared memory
+//                 (16 lanes x 1 vector per row) stored by 16-byte stores, 2 written back and bulk-stored
 // Build and run from the repository root (sm_90):
 //   nvcc -O3 -std=c++17 --expt-relaxed-constexpr -arch=sm_90a -I csrc -o /tmp/shortrow_probe scripts/shortrow_probe/shortrow_probe.cu && /tmp/shortrow_probe
 #include <cuda_bf16.h>
@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "softmax/softmax_pipelined.cuh"
+#include "softmax/softmax_rows.cuh"
 
 using namespace flash_attn_ext;
 
@@ -102,21 +103,23 @@ __device__ __forceinline__ void team_softmax(float (&f)[kV][8], int lanes) {
     for (int e = 0; e < 8; ++e) f[v][e] *= r;
 }
 
-// Library-like warp softmax: team of 8 lanes x 2 vectors per row, 256 threads = 32 rows per block step.
+// Minimal warp softmax: team of 16 / kV lanes x kV vectors per 128-element row, 256 threads.
+template <int kV>
 __global__ void __launch_bounds__(256) soft_ldg(const uint4* __restrict__ x, uint4* __restrict__ y, int64_t rows) {
-  const int li = threadIdx.x & 7, team = threadIdx.x >> 3;
-  for (int64_t r0 = blockIdx.x * int64_t(32); r0 < rows; r0 += int64_t(gridDim.x) * 32) {
+  constexpr int kLanes = kRowVecs / kV, kRowsPerBlock = 256 / kLanes;
+  const int li = threadIdx.x % kLanes, team = threadIdx.x / kLanes;
+  for (int64_t r0 = blockIdx.x * int64_t(kRowsPerBlock); r0 < rows; r0 += int64_t(gridDim.x) * kRowsPerBlock) {
     const int64_t row = r0 + team;
-    float f[2][8];
-    uint4 u[2];
+    float f[kV][8];
+    uint4 u[kV];
 #pragma unroll
-    for (int v = 0; v < 2; ++v) u[v] = row < rows ? x[row * kRowVecs + v * 8 + li] : make_uint4(0, 0, 0, 0);
+    for (int v = 0; v < kV; ++v) u[v] = row < rows ? x[row * kRowVecs + v * kLanes + li] : make_uint4(0, 0, 0, 0);
 #pragma unroll
-    for (int v = 0; v < 2; ++v) unpack(u[v], f[v]);
-    team_softmax<2>(f, 8);
+    for (int v = 0; v < kV; ++v) unpack(u[v], f[v]);
+    team_softmax<kV>(f, kLanes);
     if (row < rows)
 #pragma unroll
-      for (int v = 0; v < 2; ++v) y[row * kRowVecs + v * 8 + li] = pack(f[v]);
+      for (int v = 0; v < kV; ++v) y[row * kRowVecs + v * kLanes + li] = pack(f[v]);
   }
 }
 
@@ -263,24 +266,45 @@ int main(int argc, char** argv) {
   report("copy_ldg per=1 full grid", tm.median([&] { copy_ldg<1><<<(n + 255) / 256, 256>>>(x, y, n); }, reps));
   report("copy cudaMemcpyAsync", tm.median([&] { CK(cudaMemcpyAsync(y, x, bytes, cudaMemcpyDeviceToDevice)); }, reps));
 
-  poison();
-  report("soft_ldg full grid", tm.median([&] { soft_ldg<<<(rows + 31) / 32, 256>>>(x, y, rows); }, reps));
-  check("soft_ldg");
-  report("soft_ldg grid=8*sms", tm.median([&] { soft_ldg<<<sms * 8, 256>>>(x, y, rows); }, reps));
+  auto soft = [&](const char* name, auto launch) {
+    poison();
+    report(name, tm.median(launch, reps));
+    check(name);
+  };
+  soft("soft_ldg kV=1", [&] { soft_ldg<1><<<(rows + 15) / 16, 256>>>(x, y, rows); });
+  soft("soft_ldg kV=2", [&] { soft_ldg<2><<<(rows + 31) / 32, 256>>>(x, y, rows); });
+  soft("soft_ldg kV=4", [&] { soft_ldg<4><<<(rows + 63) / 64, 256>>>(x, y, rows); });
+  using B = __nv_bfloat16;
+  for (int vpl : {1, 2, 4}) {
+    softmax::RowsParams<B> rp{reinterpret_cast<const B*>(x), reinterpret_cast<B*>(y), rows, kRowElems, false,
+                              SoftmaxOutput::Softmax, 0, 1, 0, nullptr, nullptr, nullptr};
+    const int lanes = kRowVecs / vpl;
+    rp.lanes_log2 = __builtin_ctz(lanes);
+    const int grid = static_cast<int>((rows * lanes + 255) / 256);
+    char name[64];
+    std::snprintf(name, sizeof name, "library warp kernel vpl=%d", vpl);
+    soft(name, [&] {
+      if (vpl == 1) softmax::softmax_warp_rows_kernel<B, 1, true><<<grid, 256>>>(rp);
+      if (vpl == 2) softmax::softmax_warp_rows_kernel<B, 2, true><<<grid, 256>>>(rp);
+      if (vpl == 4) softmax::softmax_warp_rows_kernel<B, 4, true><<<grid, 256>>>(rp);
+    });
+  }
 
   for (int mode : {0, 1, 2})
-    for (int piece : {4096, 8192, 16384})
-      for (int bpsm : {1, 2})
-        for (int nt : {256, 512}) {
-          const int ring = std::min<int>(32, (bpsm == 1 ? 196 : 98) * 1024 / piece);
-          const int64_t pieces = int64_t(bytes / piece);
-          const size_t sm = size_t(ring) * piece;
-          poison();
-          char name[96];
-          std::snprintf(name, sizeof name, "bulk mode=%d piece=%d ring=%d bpsm=%d nt=%d", mode, piece, ring, bpsm, nt);
-          report(name, tm.median([&] { bulk_kernel<<<sms * bpsm, nt, sm>>>(x, y, pieces, piece, ring, mode); }, reps));
-          if (mode != 0) check(name);
+    for (int piece : {8192, 16384})
+      for (int bpsm : {1, 2}) {
+        const int nt = mode == 0 ? 256 : 512;
+        const int ring = std::min<int>(32, (bpsm == 1 ? 196 : 98) * 1024 / piece);
+        const int64_t pieces = int64_t(bytes / piece);
+        char name[96];
+        std::snprintf(name, sizeof name, "bulk mode=%d piece=%d ring=%d bpsm=%d nt=%d", mode, piece, ring, bpsm, nt);
+        const auto launch = [&] { bulk_kernel<<<sms * bpsm, nt, size_t(ring) * piece>>>(x, y, pieces, piece, ring, mode); };
+        if (mode == 0) {
+          report(name, tm.median(launch, reps));
+        } else {
+          soft(name, launch);
         }
+      }
   CK(cudaDeviceSynchronize());
   return 0;
 }

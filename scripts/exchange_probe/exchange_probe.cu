@@ -27,19 +27,11 @@
 #include <vector>
 
 #include "softmax/softmax_pipelined.cuh"
+#include "../probe_check.h"
 
 using namespace flash_attn_ext;
 using namespace flash_attn_ext::softmax;
 using State = OnlineState<float>;
-
-#define CK(x)                                                                         \
-  do {                                                                                \
-    cudaError_t e_ = (x);                                                             \
-    if (e_ != cudaSuccess) {                                                          \
-      std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
-      std::exit(1);                                                                   \
-    }                                                                                 \
-  } while (0)
 
 constexpr int kPiece = 16384;
 constexpr unsigned long long kUnset = ~0ull;

@@ -24,17 +24,9 @@
 
 #include "softmax/softmax_pipelined.cuh"
 #include "softmax/softmax_rows.cuh"
+#include "../probe_check.h"
 
 using namespace flash_attn_ext;
-
-#define CK(x)                                                                              \
-  do {                                                                                     \
-    cudaError_t e_ = (x);                                                                  \
-    if (e_ != cudaSuccess) {                                                               \
-      std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
-      std::exit(1);                                                                        \
-    }                                                                                      \
-  } while (0)
 
 constexpr int kRowElems = 128;                 // bf16 row
 constexpr int kRowVecs = kRowElems * 2 / 16;   // 16 vectors of 16 bytes

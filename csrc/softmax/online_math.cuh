@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "softmax/softmax_launch.h"
 
@@ -350,14 +351,24 @@ __device__ __forceinline__ void store_group(T* row, int64_t len, int64_t first, 
 
 // The per-element epilogue of softmax / log_softmax once the row's (m, d) is known. `ref` is the max the
 // thread's cached terms were taken against: softmax y = rescale(x, ref) * scale, log_softmax y = x - shift.
-template <typename A> struct Epilogue {
+// kFastRecip (float only) takes 1 / d as __fdividef(1, d): within 2 ulp, since d >= 1 whenever it is finite
+// (the max element contributes exp(0) = 1) and NaN when poisoned. The warp kernel uses it for 16-bit
+// outputs, whose 8-11 bits cannot see it, because the IEEE division's range checks sit on the critical path
+// of one-wave calls (bf16 65536x128: ~0.15 us of a 10.3 us kernel, s15). The other kernels divide once per
+// item, and changing their code moved the fp32 pipelined kernel by -8 / +4 % (NOTES, "s15 ab").
+template <typename A, bool kFastRecip = false> struct Epilogue {
   bool softmax;
   A scale;
   A shift;
   __device__ __forceinline__ Epilogue(SoftmaxOutput out, OnlineState<A> row, A ref) {
+    static_assert(!kFastRecip || std::is_same_v<A, float>, "the fast reciprocal is float-only");
     const OnlineState<A> s = poison_infinite_max(row);
     softmax = out == SoftmaxOutput::Softmax;
-    scale = softmax ? rescale(ref, s.m) / s.d : A(0);
+    if constexpr (kFastRecip) {
+      scale = softmax ? rescale(ref, s.m) * __fdividef(A(1), s.d) : A(0);
+    } else {
+      scale = softmax ? rescale(ref, s.m) / s.d : A(0);
+    }
     shift = softmax ? A(0) : s.m + log_of(s.d);
   }
   // x is the input element; for softmax the caller may pass the cached term via apply_term instead.

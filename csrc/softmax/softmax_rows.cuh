@@ -58,7 +58,7 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? 0 : 3) softmax_wa
       if (valid && li == 0) p.y[row] = from_acc<T>(row_lse(row_state));
       continue;
     }
-    const Epilogue<A> epi(p.output, row_state, ref);
+    const Epilogue<A, kFastExp<T>> epi(p.output, row_state, ref);
 #pragma unroll
     for (int s = 0; s < kVpl; ++s)
 #pragma unroll

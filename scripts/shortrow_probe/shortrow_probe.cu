@@ -52,22 +52,8 @@ __global__ void copy_ldg(const uint4* __restrict__ x, uint4* __restrict__ y, siz
   }
 }
 
-__device__ __forceinline__ void unpack(const uint4& u, float (&f)[8]) {
-  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 t = __bfloat1622float2(h[i]);
-    f[2 * i] = t.x;
-    f[2 * i + 1] = t.y;
-  }
-}
-__device__ __forceinline__ uint4 pack(const float (&f)[8]) {
-  uint4 u;
-  __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&u);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) h[i] = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
-  return u;
-}
+// 16-byte vector <-> 8 floats and the team reductions are the library's own (online_math.cuh).
+using BF16IO = softmax::VecIO<__nv_bfloat16>;
 
 // Softmax of a team's row held as kV vectors per lane over `lanes` lanes: in place.
 template <int kV>
@@ -77,7 +63,7 @@ __device__ __forceinline__ void team_softmax(float (&f)[kV][8], int lanes) {
   for (int v = 0; v < kV; ++v)
 #pragma unroll
     for (int e = 0; e < 8; ++e) m = fmaxf(m, f[v][e]);
-  for (int o = lanes / 2; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  m = softmax::warp_allreduce(m, softmax::MaxOp{}, lanes);
   const float ml = m * 1.4426950408889634f;
   float s = 0.f;
 #pragma unroll
@@ -87,7 +73,7 @@ __device__ __forceinline__ void team_softmax(float (&f)[kV][8], int lanes) {
       f[v][e] = exp2f(fmaf(f[v][e], 1.4426950408889634f, -ml));
       s += f[v][e];
     }
-  for (int o = lanes / 2; o > 0; o /= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
+  s = softmax::warp_allreduce(s, softmax::SumOp{}, lanes);
   const float r = 1.f / s;
 #pragma unroll
   for (int v = 0; v < kV; ++v)
@@ -107,11 +93,11 @@ __global__ void __launch_bounds__(256) soft_ldg(const uint4* __restrict__ x, uin
 #pragma unroll
     for (int v = 0; v < kV; ++v) u[v] = row < rows ? x[row * kRowVecs + v * kLanes + li] : make_uint4(0, 0, 0, 0);
 #pragma unroll
-    for (int v = 0; v < kV; ++v) unpack(u[v], f[v]);
+    for (int v = 0; v < kV; ++v) BF16IO::unpack(u[v], f[v]);
     team_softmax<kV>(f, kLanes);
     if (row < rows)
 #pragma unroll
-      for (int v = 0; v < kV; ++v) y[row * kRowVecs + v * kLanes + li] = pack(f[v]);
+      for (int v = 0; v < kV; ++v) y[row * kRowVecs + v * kLanes + li] = BF16IO::pack(f[v]);
   }
 }
 
@@ -155,12 +141,12 @@ __global__ void __launch_bounds__(512) bulk_kernel(const uint4* __restrict__ x, 
       const int rows = piece_vecs / kRowVecs;
       for (int base = t; base < rows * kRowVecs; base += nt) {
         float f[1][8];
-        unpack(s[base], f[0]);
+        BF16IO::unpack(s[base], f[0]);
         team_softmax<1>(f, 16);
         if (mode == 1) {
-          y[i * piece_vecs + base] = pack(f[0]);
+          y[i * piece_vecs + base] = BF16IO::pack(f[0]);
         } else {
-          s[base] = pack(f[0]);
+          s[base] = BF16IO::pack(f[0]);
         }
       }
     }

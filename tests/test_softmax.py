@@ -18,7 +18,6 @@ LAYOUTS = ["contiguous", "transposed", "sliced"]
 LOW_PRECISION_EPS = {torch.float16: 1e-4, torch.bfloat16: 5e-4}
 FIXED_BOUND = {torch.float32: 1e-6, torch.float64: 1e-12}
 
-
 # (shape, dim): odd lengths, every dim position, negative dims, size-1 dims.
 CASES = [
     ((1,), -1), ((7,), 0), ((97,), -1), ((1025,), -1), ((4097,), -1),
@@ -258,18 +257,24 @@ def test_rejects_dim_out_of_range(device, op, shape, dim):
         op(x, dim)
 
 
+def softmax_error_in_fresh_process(x_expr: str, dim: int, exception: str, **env_vars) -> str:
+    """fae.softmax(x_expr, dim) as the first call of a fresh interpreter, expecting `exception`: the child's
+    stdout ("raised: <message>" when it was raised), after checking the child itself did not crash."""
+    code = (f"import torch, flash_attn_ext as fae\nx = {x_expr}\n"
+            f"try:\n    fae.softmax(x, {dim})\nexcept {exception} as e:\n    print('raised:', e)\n")
+    child = run_in_fresh_python(code, **env_vars)
+    assert child.returncode == 0, (child.returncode, child.stderr[-3000:])
+    return child.stdout
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_error_message_in_a_fresh_process(device):
     # The first call of a fresh interpreter fails a check whose message formats integers. A build linked
     # against a static copy of libstdc++ crashed exactly here (SIGSEGV while formatting the number: that
     # copy's locale facets were never set up in a process that had loaded the shared libstdc++ first), while
     # the same check passed inside pytest after other calls.
-    code = ("import torch, flash_attn_ext as fae\n"
-            f"x = torch.randn(3, 4, device='{device}')\n"
-            "try:\n    fae.softmax(x, 5)\nexcept IndexError as e:\n    print('raised:', e)\n")
-    child = run_in_fresh_python(code)
-    assert child.returncode == 0, (child.returncode, child.stderr[-3000:])
-    assert "raised: flash_attn_ext.softmax: dim=5 is out of range" in child.stdout, child.stdout
+    out = softmax_error_in_fresh_process(f"torch.randn(3, 4, device='{device}')", 5, "IndexError")
+    assert "raised: flash_attn_ext.softmax: dim=5 is out of range" in out, out
 
 
 @pytest.mark.parametrize("algorithm", ["fast", "", "Online", "SAFE"])
@@ -434,12 +439,9 @@ def test_forced_configs_cuda(config):
 def test_forced_config_errors_cuda(config, message):
     # A malformed or unfit FAE_SOFTMAX_CONFIG is a RuntimeError naming the problem, in a fresh process (where
     # the build of s13 crashed formatting the message), never a fallback.
-    code = ("import torch, flash_attn_ext as fae\n"
-            "x = torch.randn(64, 128, device='cuda')\n"
-            "try:\n    fae.softmax(x, -1)\nexcept RuntimeError as e:\n    print('raised:', e)\n")
-    child = run_in_fresh_python(code, FAE_SOFTMAX_CONFIG=config)
-    assert child.returncode == 0, (child.returncode, child.stderr[-3000:])
-    assert "raised:" in child.stdout and message in child.stdout, child.stdout
+    out = softmax_error_in_fresh_process("torch.randn(64, 128, device='cuda')", -1, "RuntimeError",
+                                         FAE_SOFTMAX_CONFIG=config)
+    assert "raised:" in out and message in out, out
 
 
 @pytest.mark.cuda

@@ -403,14 +403,18 @@ import torch
 import flash_attn_ext as fae
 import test_softmax as t
 from reference import softmax_ref, log_softmax_ref, logsumexp_ref
-for dtype in (torch.float32, torch.bfloat16, torch.float64):
+ops = ((fae.softmax, softmax_ref, torch.softmax), (fae.log_softmax, log_softmax_ref, torch.log_softmax),
+       (fae.logsumexp, logsumexp_ref, torch.logsumexp))
+for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.float64):
     for shape in ((5, 4096), (200, 8192), (7, 40_000)):
         x = t.make_input(shape, dtype, "cuda")
-        for op, ref, base in ((fae.softmax, softmax_ref, torch.softmax),
-                              (fae.log_softmax, log_softmax_ref, torch.log_softmax),
-                              (fae.logsumexp, logsumexp_ref, torch.logsumexp)):
+        for op, ref, base in ops:
             t.poison("cuda", 2 * x.numel() * x.element_size())
             t.check_against_reference(op(x, -1), ref(x, -1), base(x, -1), dtype, op.__name__ + str(shape))
+    # special values (NaN, +-inf rows) in 48 rows: enough items for a second round of a split configuration
+    x = t.special_rows(40_000, dtype, "cuda").repeat(4, 1)
+    for op, ref, base in ops:
+        t.assert_special_match(op(x, -1), base(x, -1), ref(x, -1), op.__name__ + " special values")
 print("checked")
 """
 
@@ -418,12 +422,13 @@ print("checked")
 @pytest.mark.cuda
 @requires_cuda
 @pytest.mark.parametrize("config", ["kind=pipe", "kind=pipe,chunks=3,threads=256", "kind=pipe,chunks=7,threads=512",
-                                    "kind=pipe,bpsm=2,chunks=4"])
+                                    "kind=pipe,bpsm=2,chunks=4", "kind=dual", "kind=dual,chunks=5"])
 def test_forced_configs_cuda(config):
     # FAE_SOFTMAX_CONFIG (the tuning hook) is read once per process: each configuration runs in a child that
-    # checks every op, on short and long rows split into the configuration's chunks (or whole rows).
-    if config.startswith("kind=pipe") and torch.cuda.get_device_capability() < (9, 0):
-        pytest.skip("the pipelined kernel needs sm_90")
+    # checks every op, on short and long rows split into the configuration's chunks (or whole rows); with
+    # chunks=5 the dual kernel's 200-row and 48-row inputs take several rounds, so both of its roles run.
+    if config.startswith(("kind=pipe", "kind=dual")) and torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("the pipelined and dual kernels need sm_90")
     child = run_in_fresh_python(FORCED_CONFIG_CHECK, timeout=None, FAE_SOFTMAX_CONFIG=config)
     assert child.returncode == 0 and "checked" in child.stdout, child.stderr[-3000:]
 
@@ -431,7 +436,7 @@ def test_forced_configs_cuda(config):
 @pytest.mark.cuda
 @requires_cuda
 @pytest.mark.parametrize("config, message", [
-    ("kind=bogus", "kind must be warp, block, split, stream or pipe"),
+    ("kind=bogus", "kind must be warp, block, split, stream, pipe or dual"),
     ("lanes=4", "names no kind"),
     ("kind=warp,lanes=abc", "lanes=abc is not a non-negative integer"),
     ("kind=warp,lanes=3,vpt=2", "lanes must be a power of two"),

@@ -157,18 +157,37 @@ template <typename V, typename Op> __device__ __forceinline__ V warp_allreduce(V
   return v;
 }
 
-// All-reduce over the block (blockDim.x a multiple of 32). `scratch` holds 32 values; the closing barrier
-// lets the caller reuse it at once.
-template <typename V, typename Op>
-__device__ __forceinline__ V block_allreduce(V v, Op op, V identity, V* scratch) {
-  const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
+// The threads that reduce and wait together. BlockTeam: the whole block (__syncthreads). RoleTeam: the
+// warps [first / 32, (first + count) / 32) of a warp-specialized block, on their own named barrier, so that
+// one role's waits never hold another role back (the dual kernel, softmax_dual.cuh).
+struct BlockTeam {
+  __device__ __forceinline__ int rank() const { return threadIdx.x; }
+  __device__ __forceinline__ int size() const { return blockDim.x; }
+  __device__ __forceinline__ void sync() const { __syncthreads(); }
+};
+struct RoleTeam {
+  int first;    // multiple of 32
+  int count;    // multiple of 32
+  int barrier;  // named barrier id, 1..15 (0 is __syncthreads')
+  __device__ __forceinline__ int rank() const { return threadIdx.x - first; }
+  __device__ __forceinline__ int size() const { return count; }
+  __device__ __forceinline__ void sync() const {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(barrier), "r"(count) : "memory");
+  }
+};
+
+// All-reduce over a team (its size a multiple of 32, at most 1024). `scratch` holds 32 values; the closing
+// barrier lets the caller reuse it at once.
+template <typename V, typename Op, typename Team = BlockTeam>
+__device__ __forceinline__ V block_allreduce(V v, Op op, V identity, V* scratch, Team team = {}) {
+  const int lane = team.rank() & 31;
+  const int warp = team.rank() >> 5;
   v = warp_allreduce(v, op);
   if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  v = lane < static_cast<int>(blockDim.x >> 5) ? scratch[lane] : identity;
+  team.sync();
+  v = lane < (team.size() >> 5) ? scratch[lane] : identity;
   v = warp_allreduce(v, op);
-  __syncthreads();
+  team.sync();
   return v;
 }
 
@@ -376,6 +395,11 @@ template <typename A, bool kFastRecip = false> struct Epilogue {
   __device__ __forceinline__ A apply(A x, A ref) const { return softmax ? rescale(x, ref) * scale : x - shift; }
   __device__ __forceinline__ A apply_term(A term_or_x) const {
     return softmax ? term_or_x * scale : term_or_x - shift;
+  }
+  // The same with the output known at compile time: loops that branch on the output once per item instead
+  // of selecting per element (the pipelined kernel's 4-warp role ran bf16 rows 1.2x slower with the select).
+  template <bool kSoftmax> __device__ __forceinline__ A apply_term_as(A term_or_x) const {
+    return kSoftmax ? term_or_x * scale : term_or_x - shift;
   }
 };
 

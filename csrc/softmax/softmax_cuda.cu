@@ -1,6 +1,7 @@
 // CUDA softmax, log_softmax and logsumexp: the kernel-choice heuristic (softmax_cuda_typed, all of it), the
 // dtype dispatch and the CUDA registrations. Kernels: softmax_rows.cuh (row-cached, split-row),
-// softmax_streaming.cuh (multi-pass), softmax_columns.cuh (dim not last); numerics: online_math.cuh.
+// softmax_pipelined.cuh and softmax_dual.cuh (sm_90 rings of bulk copies), softmax_streaming.cuh (multi-pass),
+// softmax_columns.cuh (dim not last); numerics: online_math.cuh.
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
@@ -44,6 +45,7 @@ struct RowsShape {
   int sms;
   size_t smem_optin;
   bool pipe;      // the pipelined kernel can run: aligned rows, sm_90+ code for this device
+  bool dual;      // the dual-role kernel can run (the same conditions)
 };
 
 // Pipelined kernel (softmax_pipelined.cuh): 16 KiB ring pieces, as many as the opt-in shared memory holds
@@ -100,6 +102,15 @@ template <typename T> int pipe_chunks(const RowsShape& s, int per_sm) {
   return best;
 }
 
+// Dual-role kernel (softmax_dual.cuh): chunks of at most kDualMaxItemBytes (the register role's capacity),
+// the fewest, cut at multiples of 128 bytes (as pipe_chunk_elems, for the ring role's bulk copies).
+template <typename T> int64_t dual_chunk_elems(int64_t len, int64_t chunks) {
+  return round_up(ceil_div(len, chunks), 128 / static_cast<int64_t>(sizeof(T)));
+}
+template <typename T> int64_t dual_chunks(int64_t len) {
+  return ceil_div(len * static_cast<int64_t>(sizeof(T)), kDualMaxItemBytes);
+}
+
 // Streaming chunks: 4 block-steps (64 KiB of fp32), more for rows so long that a row would have over 1024
 // chunks (keeps the partial merges short).
 template <typename T> int stream_steps_per_chunk(int64_t len) {
@@ -121,8 +132,9 @@ template <typename T> int stream_steps_per_chunk(int64_t len) {
 //  3. split-row          "auto" softmax/log_softmax beyond that: 256-thread blocks, chunks of a row on several
 //                        blocks (registers + shared memory), one read of DRAM, cooperative persistent grid;
 //  4. streaming          everything left: "safe" 3 passes, "online" 2 passes, logsumexp 1 pass + finalize.
-// Before 2b and 3, on sm_90+: "auto", aligned rows beyond 512 threads take the pipelined kernel (0.), whole
-// or split into chunks (pipe_chunks), one or two blocks per SM.
+// Before 2b and 3, on sm_90+: "auto", aligned rows beyond 512 threads take the dual-role kernel (0a.) where
+// its chunks fit, else the pipelined kernel (0.), whole or split into chunks (pipe_chunks), one or two blocks
+// per SM.
 // FAE_SOFTMAX_CONFIG (softmax_plan.h) replaces this choice for benchmarks.
 template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const RowsShape& s) {
   using Traits = RowsTraits<T>;
@@ -152,6 +164,22 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
   //    blocks); everything else two blocks per SM, half a ring each, so one block's reduction and exchange
   //    overlap the other's (bf16 1024x32768 52 us vs 56 block kernel, 128x262144 66 vs 68 split; fp32
   //    128x262144 120 vs 122 split).
+  // 0a. Dual-role (sm_90+, aligned, "auto", every output, 16- and 32-bit types; doubles keep the pipelined
+  //     kernel, their register role would spend 64-bit arithmetic for nothing measured): rows split into
+  //     chunks of <= 128 KB that one round of SMs holds, and fp32 whole rows of <= 128 KB when the rows fill
+  //     the GPU. H100 probe (NOTES "probe s16", us, dual vs pipelined on the same chunks): fp32 8x4194304
+  //     105-111 vs 126-128, 128x262144 104-109 vs 120-121, 1024x32768 97.5 vs 101.4; bf16 8x4194304 58-60 vs
+  //     63, 128x262144 57-60 vs 64. bf16 whole rows stay on the pipelined / block kernels (1024x32768: 60 vs
+  //     52-62).
+  if (auto_alg && s.dual && sizeof(T) <= 4 && threads > kSplitThreads) {
+    const int64_t chunks = dual_chunks<T>(s.len);
+    if ((chunks > 1 && chunks <= s.sms) || (chunks == 1 && sizeof(T) == 4 && s.rows >= s.sms)) {
+      plan.kind = RowsKind::Dual;
+      plan.chunks = static_cast<int>(chunks);
+      return plan;
+    }
+  }
+
   if (auto_alg && s.pipe && threads > kSplitThreads) {
     const int chunks_one = pipe_chunks<T>(s, 1);
     const bool few_long_rows = chunks_one > 1 && s.rows * 8 <= s.sms;
@@ -358,6 +386,32 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
     return;
   }
 
+  if (plan.kind == RowsKind::Dual) {
+    if (!s.dual) fail("the dual kernel needs 16-byte aligned rows and sm_90 code for this device");
+    if (plan.chunks == 0) plan.chunks = static_cast<int>(std::min<int64_t>(dual_chunks<T>(s.len), 1 << 30));
+    if (plan.chunks < 1) fail("chunks must be >= 1");
+    PipeParams<T> pp{x, y, s.rows, s.len, 0, 0, kPipePieceBytes / static_cast<int>(sizeof(T)),
+                     pipe_ring_pieces(s.smem_optin, 1), p.output, nullptr, nullptr, nullptr};
+    pp.chunk_elems = dual_chunk_elems<T>(s.len, plan.chunks);
+    if (pp.chunk_elems * static_cast<int64_t>(sizeof(T)) > kDualMaxItemBytes) fail("chunks of more than 128 KB");
+    pp.chunks = static_cast<int>(ceil_div(s.len, pp.chunk_elems));  // rounding may leave fewer chunks
+    if (ceil_div(pp.chunk_elems, pp.piece_elems) > pp.ring_pieces) fail("a chunk does not fit the ring");
+    if (dual_blocks_per_sm<T>(pipe_smem_bytes(pp)) < 1) fail("the block cannot be resident");
+    if (pp.chunks > s.sms) fail("more chunks per row than SMs");
+    at::Tensor part, counters;
+    if (pp.chunks > 1) {
+      part = partials_workspace<T>(p.x, s.rows * pp.chunks);
+      counters = at::zeros({s.rows}, p.x.options().dtype(at::kInt));
+      pp.part_m = static_cast<acc_t<T>*>(part.data_ptr());
+      pp.part_d = pp.part_m + s.rows * pp.chunks;
+      pp.counters = counters.data_ptr<int>();
+    }
+    // One block per SM, whole rounds of rows (a multiple of chunks blocks).
+    const int64_t grid = std::min<int64_t>(s.sms / pp.chunks, s.rows) * pp.chunks;
+    launch_dual_rows<T>(pp, static_cast<int>(grid), stream);
+    return;
+  }
+
   // Streaming.
   if (plan.steps == 0) plan.steps = stream_steps_per_chunk<T>(s.len);
   if (plan.steps < 1) fail("steps must be >= 1");
@@ -401,8 +455,10 @@ template <typename T> void softmax_cuda_typed(const SoftmaxProblem& p, cudaStrea
                     aligned16(x) && aligned16(y) && (p.len * static_cast<int64_t>(sizeof(T))) % 16 == 0,
                     prop->multiProcessorCount,
                     prop->sharedMemPerBlockOptin,
+                    false,
                     false};
   s.pipe = s.aligned && pipe_supported<T>();
+  s.dual = s.aligned && dual_supported<T>();
   const RowsPlan* forced = forced_rows_plan();
   launch_plan<T>(p, s, forced != nullptr ? *forced : heuristic_plan<T>(p, s), stream);
 }

@@ -123,6 +123,14 @@ template <typename T> size_t pipe_smem_bytes(const PipeParams<T>& p) {
   return static_cast<size_t>(p.ring_pieces) * p.piece_elems * sizeof(T);
 }
 
+// Dual-role kernel (softmax_dual.cuh, sm_90+): one block of 640 threads per SM, the pipelined kernel's
+// ring for the even rounds of items and registers for the odd ones; items of at most kDualMaxItemBytes and
+// of at most ring_pieces pieces; grid a multiple of chunks. Cooperative when chunks > 1.
+constexpr int64_t kDualMaxItemBytes = 128 * 1024;
+template <typename T> bool dual_supported();
+template <typename T> int dual_blocks_per_sm(size_t smem_bytes);
+template <typename T> void launch_dual_rows(const PipeParams<T>& p, int grid, cudaStream_t stream);
+
 template <typename T> void launch_stream_reduce(const StreamParams<T>& p, bool aligned, int grid,
                                                 cudaStream_t stream);
 template <typename T> void launch_stream_normalize(const StreamParams<T>& p, bool aligned, int grid,

@@ -24,9 +24,10 @@ __device__ __forceinline__ void bulk_load(void* dst, const void* src, unsigned b
 }
 #endif
 
-// The producer: thread 0's cursor over this block's items (blockIdx.x + i * gridDim.x) and their pieces.
+// The producer: one thread's cursor over its team's items (first, first + step, ...) and their pieces.
 template <typename T> struct Producer {
   int64_t item;
+  int64_t step;
   int piece;        // next piece of `item`
   int slot;         // ring slot it goes to
   int outstanding;  // pieces issued and not yet released by the consumers
@@ -47,7 +48,7 @@ template <typename T> struct Producer {
       ++outstanding;
       if (first + n >= length) {
         piece = 0;
-        item += gridDim.x;
+        item += step;
       } else {
         ++piece;
       }
@@ -91,39 +92,59 @@ __device__ __forceinline__ void fold_group(OnlineState<acc_t<T>>& st, const uint
   st = {m, d[0]};
 }
 
-// Shape: persistent grid, block b takes items b, b + gridDim.x, ... (the host makes gridDim.x a multiple of
-// chunks, so each round of items holds whole rows and a row's chunks run side by side). Block: a multiple
-// of 32 threads, at most kPipeMaxThreads. Per item: as each piece lands, thread t folds its vectors t, t + blockDim.x, ... of the
-// piece, kPipeGroup at a time, into its (m, d) state, so the reduction runs behind the arrivals; one block merge of the states and,
-// for split rows, the row exchange; then a pass over the item's vectors normalizes and stores. Dynamic shared
-// memory: the ring, ring_pieces * piece_elems elements; an item's pieces are consecutive slots modulo the
-// ring.
-template <typename T>
-__global__ void __launch_bounds__(kPipeMaxThreads, 1) softmax_pipelined_rows_kernel(const PipeParams<T> p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+// The store pass of an item held in the ring (its vectors from slot offset `base`, wrapping at ring_vecs):
+// softmax exp(x - M) * (1 / D), log_softmax x - (M + log D), both NaN for an infinite M.
+template <typename T, bool kSoftmax>
+__device__ __forceinline__ void store_item(T* y, const uint4* ring, int base, int ring_vecs, int nvec, int t, int nt,
+                                           const Epilogue<acc_t<T>>& epi, acc_t<T> row_max) {
   using A = acc_t<T>;
   constexpr int kVec = 16 / static_cast<int>(sizeof(T));
-  extern __shared__ __align__(128) uint4 ring[];
-  __shared__ uint64_t bars[kPipeMaxPieces];
-  __shared__ OnlineState<A> s_state[32];
-  const int t = threadIdx.x;
-  const int nt = blockDim.x;
+  const ShiftedExp<A, kFastExp<T>> e(row_max);
+#pragma unroll kPipeGroup
+  for (int v = t; v < nvec; v += nt) {
+    const int i = base + v;
+    A w[kVec];
+    VecIO<T>::unpack(ring[i >= ring_vecs ? i - ring_vecs : i], w);
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) w[j] = epi.template apply_term_as<kSoftmax>(kSoftmax ? e(w[j]) : w[j]);
+    // 16-bit outputs are stored evict-first: measured side by side on the H100, bf16 split rows ran
+    // 2-4.5 % faster (8x4194304 70.7 -> 67.5 us) and fp32 rows 3-12 % slower, so 32/64-bit types keep the
+    // default policy. Why it differs per type is not understood.
+    if constexpr (sizeof(T) == 2) {
+      store16_streaming(y + static_cast<int64_t>(v) * kVec, VecIO<T>::pack(w));
+    } else {
+      store16(y + static_cast<int64_t>(v) * kVec, VecIO<T>::pack(w));
+    }
+  }
+}
+
+// A team's walk over its items first_item, first_item + step, ... through the ring (ring_pieces slots of
+// piece_elems elements, barriers initialized): its rank-0 thread is the producer; as each piece lands,
+// thread t folds its vectors t, t + team size, ... of the piece, kPipeGroup at a time, into its (m, d) state,
+// so the reduction runs behind the arrivals; one team merge of the states and, for split rows, the row
+// exchange; then a pass over the item's vectors normalizes and stores. An item's pieces are consecutive slots
+// modulo the ring. With start_barrier > 0 the team arrives once on that named barrier (start_count
+// threads) when its first item is folded: the dual kernel starts its other role there.
+template <typename T, typename Team>
+__device__ __forceinline__ void ring_items(const PipeParams<T>& p, int64_t first_item, int64_t step, Team team,
+                                           uint4* ring, uint64_t* bars, OnlineState<acc_t<T>>* scratch,
+                                           int start_barrier = 0, int start_count = 0) {
+  using A = acc_t<T>;
+  constexpr int kVec = 16 / static_cast<int>(sizeof(T));
+  const int t = team.rank();
+  const int nt = team.size();
   const int piece_vecs = p.piece_elems / kVec;
   const int ring_vecs = p.ring_pieces * piece_vecs;
   const int64_t items = p.rows * p.chunks;
 
-  Producer<T> producer{static_cast<int64_t>(blockIdx.x), 0, 0, 0};
-  if (t == 0) {
-    for (int i = 0; i < p.ring_pieces; ++i) mbarrier_init(bars + i, 1);
-    mbarrier_init_fence();
-  }
-  __syncthreads();
+  Producer<T> producer{first_item, step, 0, 0, 0};
   if (t == 0) producer.fill(p, items, ring, bars);
 
   // Consumer cursor (every thread): ring slot of the current item's first piece and that slot's phase.
   int slot = 0;
   unsigned phase = 0;
-  for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
+  for (int64_t item = first_item; item < items; item += step) {
     const RowChunk span(item, p.chunks, p.chunk_elems, p.len);
     const int length = static_cast<int>(span.end - span.begin);
     const int pieces = (length + p.piece_elems - 1) / p.piece_elems;
@@ -141,45 +162,54 @@ __global__ void __launch_bounds__(kPipeMaxThreads, 1) softmax_pipelined_rows_ker
         phase ^= 1;
       }
     }
-    OnlineState<A> row_state = block_allreduce(state, MergeOp{}, empty_state<A>(), s_state);
+    if (start_barrier > 0 && item == first_item) {
+      asm volatile("bar.arrive %0, %1;\n" ::"r"(start_barrier), "r"(start_count) : "memory");
+    }
+    OnlineState<A> row_state = block_allreduce(state, MergeOp{}, empty_state<A>(), scratch, team);
     if (p.chunks > 1) {
-      row_state = exchange_row_state(p.part_m, p.part_d, p.counters, p.chunks, span.row, item, row_state, s_state);
+      row_state =
+          exchange_row_state(p.part_m, p.part_d, p.counters, p.chunks, span.row, item, row_state, scratch, team);
     }
 
     if (p.output == SoftmaxOutput::LogSumExp) {
       if (t == 0 && span.begin == 0) p.y[span.row] = from_acc<T>(row_lse(row_state));
     } else {
-      // softmax: exp(x - M) * (1 / D); log_softmax: x - (M + log D); both NaN for an infinite M.
       const Epilogue<A> epi(p.output, row_state, row_state.m);
-      const ShiftedExp<A, kFastExp<T>> e(row_state.m);
-      const bool softmax = p.output == SoftmaxOutput::Softmax;
       T* y = p.y + span.row * p.len + span.begin;
-#pragma unroll kPipeGroup
-      for (int v = t; v < nvec; v += nt) {
-        const int i = base + v;
-        A w[kVec];
-        VecIO<T>::unpack(ring[i >= ring_vecs ? i - ring_vecs : i], w);
-#pragma unroll
-        for (int j = 0; j < kVec; ++j) w[j] = epi.apply_term(softmax ? e(w[j]) : w[j]);
-        // 16-bit outputs are stored evict-first: measured side by side on the H100, bf16 split rows ran
-        // 2-4.5 % faster (8x4194304 70.7 -> 67.5 us) and fp32 rows 3-12 % slower, so 32/64-bit types keep the
-        // default policy. Why it differs per type is not understood.
-        if constexpr (sizeof(T) == 2) {
-          store16_streaming(y + static_cast<int64_t>(v) * kVec, VecIO<T>::pack(w));
-        } else {
-          store16(y + static_cast<int64_t>(v) * kVec, VecIO<T>::pack(w));
-        }
+      if (p.output == SoftmaxOutput::Softmax) {
+        store_item<T, true>(y, ring, base, ring_vecs, nvec, t, nt, epi, row_state.m);
+      } else {
+        store_item<T, false>(y, ring, base, ring_vecs, nvec, t, nt, epi, row_state.m);
       }
     }
 
     // Every thread is done reading this item's slots; hand them back to the producer.
-    __syncthreads();
+    team.sync();
     if (t == 0) {
       producer.outstanding -= pieces;
-      fence_async_proxy();  // this block's reads of the slots before the bulk copies refill them
+      fence_async_proxy();  // this team's reads of the slots before the bulk copies refill them
       producer.fill(p, items, ring, bars);
     }
   }
+}
+#endif
+
+// Shape: persistent grid, block b takes items b, b + gridDim.x, ... (the host makes gridDim.x a multiple of
+// chunks, so each round of items holds whole rows and a row's chunks run side by side), as ring_items walks
+// them with the whole block. Block: a multiple of 32 threads, at most kPipeMaxThreads. Dynamic shared
+// memory: the ring, ring_pieces * piece_elems elements.
+template <typename T>
+__global__ void __launch_bounds__(kPipeMaxThreads, 1) softmax_pipelined_rows_kernel(const PipeParams<T> p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  extern __shared__ __align__(128) uint4 ring[];
+  __shared__ uint64_t bars[kPipeMaxPieces];
+  __shared__ OnlineState<acc_t<T>> s_state[32];
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < p.ring_pieces; ++i) mbarrier_init(bars + i, 1);
+    mbarrier_init_fence();
+  }
+  __syncthreads();
+  ring_items<T>(p, blockIdx.x, gridDim.x, BlockTeam{}, ring, bars, s_state);
 #endif
 }
 

@@ -46,7 +46,8 @@ RowsPlan parse_rows_plan(const std::string& text) {
       else if (value == "split") plan.kind = RowsKind::Split;
       else if (value == "stream") plan.kind = RowsKind::Stream;
       else if (value == "pipe") plan.kind = RowsKind::Pipe;
-      else TORCH_CHECK(false, kEnv, ": kind must be warp, block, split, stream or pipe, got '", value, "'");
+      else if (value == "dual") plan.kind = RowsKind::Dual;
+      else TORCH_CHECK(false, kEnv, ": kind must be warp, block, split, stream, pipe or dual, got '", value, "'");
     } else if (key == "lanes") {
       plan.lanes = parse_int(key, value);
     } else if (key == "vpt") {
@@ -65,7 +66,7 @@ RowsPlan parse_rows_plan(const std::string& text) {
       TORCH_CHECK(false, kEnv, ": unknown key '", key, "' (keys: kind, lanes, vpt, threads, smem, chunks, bpsm, steps)");
     }
   }
-  TORCH_CHECK(has_kind, kEnv, "='", text, "' names no kind (kind=warp|block|split|stream|pipe)");
+  TORCH_CHECK(has_kind, kEnv, "='", text, "' names no kind (kind=warp|block|split|stream|pipe|dual)");
   return plan;
 }
 
@@ -81,7 +82,7 @@ const RowsPlan* forced_rows_plan() {
 }
 
 std::string describe(const RowsPlan& p) {
-  static const char* kKinds[] = {"warp", "block", "split", "stream", "pipe"};
+  static const char* kKinds[] = {"warp", "block", "split", "stream", "pipe", "dual"};
   std::ostringstream s;
   s << "kind=" << kKinds[static_cast<int>(p.kind)] << ",lanes=" << p.lanes << ",vpt=" << p.vpt
     << ",threads=" << p.threads << ",smem=" << p.smem << ",chunks=" << p.chunks << ",bpsm=" << p.bpsm

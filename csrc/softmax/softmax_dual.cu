@@ -1,0 +1,43 @@
+// Launcher of the dual-role row kernel (softmax_dual.cuh), instantiated per dtype.
+#include <c10/util/Exception.h>
+
+#include "common/cooperative_launch.h"
+#include "common/cuda_check.h"
+#include "softmax/softmax_dual.cuh"
+
+namespace flash_attn_ext {
+namespace softmax {
+
+// As the pipelined kernel: the body exists only in sm_90+ code.
+template <typename T> bool dual_supported() {
+  return kernel_binary_version(&dual::softmax_dual_rows_kernel<T>) >= 90;
+}
+
+template <typename T> int dual_blocks_per_sm(size_t smem_bytes) {
+  return resident_blocks_per_sm(&dual::softmax_dual_rows_kernel<T>, dual::kThreads, smem_bytes);
+}
+
+template <typename T> void launch_dual_rows(const PipeParams<T>& p, int grid, cudaStream_t stream) {
+  auto kernel = dual::softmax_dual_rows_kernel<T>;
+  const size_t smem = pipe_smem_bytes(p);
+  allow_dynamic_smem(kernel, smem);
+  if (p.chunks == 1) {
+    kernel<<<grid, dual::kThreads, smem, stream>>>(p);
+    FAE_LAUNCH_CHECK();
+    return;
+  }
+  launch_cooperative(kernel, grid, dual::kThreads, smem, stream, p);
+}
+
+#define FAE_INSTANTIATE_DUAL(T)                  \
+  template bool dual_supported<T>();             \
+  template int dual_blocks_per_sm<T>(size_t);    \
+  template void launch_dual_rows<T>(const PipeParams<T>&, int, cudaStream_t);
+FAE_INSTANTIATE_DUAL(float)
+FAE_INSTANTIATE_DUAL(double)
+FAE_INSTANTIATE_DUAL(__half)
+FAE_INSTANTIATE_DUAL(__nv_bfloat16)
+#undef FAE_INSTANTIATE_DUAL
+
+}  // namespace softmax
+}  // namespace flash_attn_ext

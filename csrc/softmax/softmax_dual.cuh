@@ -1,0 +1,177 @@
+#pragma once
+// Dual-role row kernel (sm_90+) for rows split over many blocks. Why: the pipelined kernel's block folds,
+// waits for its row's exchange and stores in turn, and while every block of a round waits, DRAM idles
+// (its split rows ran 70-74 % of copy bandwidth; with the exchange removed 86 %). Here every SM runs two
+// independent item chains: the ring role (4 warps) walks the even rounds through the pipelined kernel's ring
+// of bulk copies (ring_items), the register role (16 warps) the odd rounds with each thread's 16 vectors of
+// the item in registers. Each role reduces, exchanges and waits on its own named barrier and counters, and
+// the register role starts once the ring role has folded its first item, so the roles run out of phase:
+// while one waits on its row, the other streams (H100 probe, NOTES "probe s16": fp32 8x4194304 105-111 us
+// against 126-128, bf16 58-60 against 63). Each element is still read once and written once.
+#include "softmax/softmax_pipelined.cuh"
+
+namespace flash_attn_ext {
+namespace softmax {
+namespace dual {
+
+constexpr int kRingThreads = 128;  // the ring role: 4 warps, as the pipelined kernel's fp32 plan
+constexpr int kRegThreads = 512;   // the register role: 16 warps
+constexpr int kRegVecs = 16;       // 16-byte vectors per register-role thread: items of at most 128 KB
+constexpr int kThreads = kRingThreads + kRegThreads;
+static_assert(int64_t(kRegThreads) * kRegVecs * 16 == kDualMaxItemBytes, "the host's item bound");
+constexpr int kRingBarrier = 1;   // named barriers: the ring role's, the register role's, and the start
+constexpr int kRegBarrier = 2;
+constexpr int kStartBarrier = 3;
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+// The same 16 bytes, hidden from the optimizer: each pass over the register role's vectors unpacks them
+// afresh instead of keeping 128 unpacked 16-bit values live across the exchange (which spilled).
+__device__ __forceinline__ uint4 opaque(uint4 r) {
+  asm volatile("" : "+r"(r.x), "+r"(r.y), "+r"(r.z), "+r"(r.w));
+  return r;
+}
+
+// A vector of -inf of T, as immediates (a packed runtime value would hold 4 registers for the whole loop).
+template <typename T> __device__ __forceinline__ uint4 neg_inf_vector() {
+  if constexpr (std::is_same_v<T, float>) {
+    return make_uint4(0xff800000u, 0xff800000u, 0xff800000u, 0xff800000u);
+  } else if constexpr (std::is_same_v<T, double>) {
+    return make_uint4(0u, 0xfff00000u, 0u, 0xfff00000u);
+  } else if constexpr (std::is_same_v<T, __half>) {
+    return make_uint4(0xfc00fc00u, 0xfc00fc00u, 0xfc00fc00u, 0xfc00fc00u);
+  } else {
+    static_assert(std::is_same_v<T, __nv_bfloat16>, "float, double, half or bfloat16");
+    return make_uint4(0xff80ff80u, 0xff80ff80u, 0xff80ff80u, 0xff80ff80u);
+  }
+}
+
+// The max of a thread's vectors. 16-bit types compare packed pairs (HMNMX2, NaN ignored as fmaxf does):
+// unpacking all 128 values here let the compiler keep them for the passes below, and spill.
+template <typename T> __device__ __forceinline__ acc_t<T> max_of_vectors(const uint4 (&raw)[kRegVecs]) {
+  if constexpr (sizeof(T) == 2) {
+    using Pair = std::conditional_t<std::is_same_v<T, __half>, __half2, __nv_bfloat162>;
+    Pair mx = bit_cast<Pair>(raw[0].x);
+#pragma unroll
+    for (int s = 0; s < kRegVecs; ++s) {
+      mx = __hmax2(mx, bit_cast<Pair>(raw[s].x));
+      mx = __hmax2(mx, bit_cast<Pair>(raw[s].y));
+      mx = __hmax2(mx, bit_cast<Pair>(raw[s].z));
+      mx = __hmax2(mx, bit_cast<Pair>(raw[s].w));
+    }
+    return fmaxf(__low2float(mx), __high2float(mx));
+  } else {
+    acc_t<T> mx = neg_inf<acc_t<T>>();
+#pragma unroll
+    for (int s = 0; s < kRegVecs; ++s) {
+      acc_t<T> w[1][16 / sizeof(T)];
+      VecIO<T>::unpack(raw[s], w[0]);
+      mx = amax(mx, max_of(w));
+    }
+    return mx;
+  }
+}
+
+// The register role's store pass (output known at compile time, as pipe::store_item).
+template <typename T, bool kSoftmax>
+__device__ __forceinline__ void store_registers(T* y, const uint4 (&raw)[kRegVecs], int nvec, int t,
+                                                const Epilogue<acc_t<T>>& epi, acc_t<T> row_max) {
+  using A = acc_t<T>;
+  constexpr int kVec = 16 / static_cast<int>(sizeof(T));
+  const ShiftedExp<A, kFastExp<T>> e(row_max);
+#pragma unroll
+  for (int s = 0; s < kRegVecs; ++s) {
+    const int v = s * kRegThreads + t;
+    A w[kVec];
+    VecIO<T>::unpack(opaque(raw[s]), w);
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) w[j] = epi.template apply_term_as<kSoftmax>(kSoftmax ? e(w[j]) : w[j]);
+    if (v < nvec) store16_streaming(y + static_cast<int64_t>(v) * kVec, VecIO<T>::pack(w));
+  }
+}
+
+// The register role's walk over its items first_item, first_item + step, ...: thread t loads vectors
+// t, t + kRegThreads, ... of the item (-inf past its end), folds them against its own max, merges with the
+// role and exchanges the row, then normalizes and stores from registers. Stores are evict-first for every
+// type: with the default policy the fp32 role ran 1.4x slower (probe s16).
+template <typename T>
+__device__ __forceinline__ void register_items(const PipeParams<T>& p, int64_t first_item, int64_t step,
+                                               OnlineState<acc_t<T>>* scratch) {
+  using A = acc_t<T>;
+  constexpr int kVec = 16 / static_cast<int>(sizeof(T));
+  const RoleTeam team{kRingThreads, kRegThreads, kRegBarrier};
+  const int t = team.rank();
+  const int64_t items = p.rows * p.chunks;
+
+  for (int64_t item = first_item; item < items; item += step) {
+    const RowChunk span(item, p.chunks, p.chunk_elems, p.len);
+    const int nvec = static_cast<int>(span.end - span.begin) / kVec;
+    const T* x = p.x + span.row * p.len + span.begin;
+    uint4 raw[kRegVecs];
+#pragma unroll
+    for (int s = 0; s < kRegVecs; ++s) {
+      const int v = s * kRegThreads + t;
+      raw[s] = v < nvec ? load16(x + static_cast<int64_t>(v) * kVec) : neg_inf_vector<T>();
+    }
+    const A m = max_of_vectors<T>(raw);
+    const ShiftedExp<A, kFastExp<T>> e(m);
+    A d = A(0);
+#pragma unroll
+    for (int s = 0; s < kRegVecs; ++s) {
+      A w[kVec];
+      VecIO<T>::unpack(opaque(raw[s]), w);
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) d += e(w[j]);
+    }
+    OnlineState<A> row_state = block_allreduce(OnlineState<A>{m, d}, MergeOp{}, empty_state<A>(), scratch, team);
+    if (p.chunks > 1) {
+      row_state =
+          exchange_row_state(p.part_m, p.part_d, p.counters, p.chunks, span.row, item, row_state, scratch, team);
+    }
+    if (p.output == SoftmaxOutput::LogSumExp) {
+      if (t == 0 && span.begin == 0) p.y[span.row] = from_acc<T>(row_lse(row_state));
+      continue;
+    }
+    const Epilogue<A> epi(p.output, row_state, row_state.m);
+    T* y = p.y + span.row * p.len + span.begin;
+    if (p.output == SoftmaxOutput::Softmax) {
+      store_registers<T, true>(y, raw, nvec, t, epi, row_state.m);
+    } else {
+      store_registers<T, false>(y, raw, nvec, t, epi, row_state.m);
+    }
+  }
+}
+#endif
+
+// Shape: persistent grid of one block per SM, gridDim.x a multiple of p.chunks (round k = items
+// [k * gridDim.x, (k + 1) * gridDim.x) holds whole rows); items of at most kDualMaxItemBytes and of at most
+// p.ring_pieces pieces. Block: kThreads = the ring role (threads [0, 128), rounds 0, 2, 4, ...) + the
+// register role (threads [128, 640), rounds 1, 3, 5, ...). Dynamic shared memory: the ring.
+// Deadlock freedom: each role's items ascend and its rows' chunks lie in one of its rounds, so the
+// induction of exchange_row_state holds per role; the roles wait on nothing of each other's except the
+// start barrier, which the ring role passes after folding its first item (every block has one: gridDim.x
+// <= items).
+template <typename T>
+__global__ void __launch_bounds__(kThreads, 1) softmax_dual_rows_kernel(const PipeParams<T> p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  extern __shared__ __align__(128) uint4 ring[];
+  __shared__ uint64_t bars[kPipeMaxPieces];
+  __shared__ OnlineState<acc_t<T>> s_ring[32], s_reg[32];
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < p.ring_pieces; ++i) mbarrier_init(bars + i, 1);
+    mbarrier_init_fence();
+  }
+  __syncthreads();
+  const int64_t step = 2 * static_cast<int64_t>(gridDim.x);
+  if (threadIdx.x < kRingThreads) {
+    pipe::ring_items<T>(p, blockIdx.x, step, RoleTeam{0, kRingThreads, kRingBarrier}, ring, bars, s_ring,
+                        kStartBarrier, kThreads);
+  } else {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(kStartBarrier), "r"(kThreads) : "memory");
+    register_items<T>(p, blockIdx.x + gridDim.x, step, s_reg);
+  }
+#endif
+}
+
+}  // namespace dual
+}  // namespace softmax
+}  // namespace flash_attn_ext

@@ -132,9 +132,9 @@ template <typename T> int stream_steps_per_chunk(int64_t len) {
 //  3. split-row          "auto" softmax/log_softmax beyond that: 256-thread blocks, chunks of a row on several
 //                        blocks (registers + shared memory), one read of DRAM, cooperative persistent grid;
 //  4. streaming          everything left: "safe" 3 passes, "online" 2 passes, logsumexp 1 pass + finalize.
-// Before 2b and 3, on sm_90+: "auto", aligned rows beyond 512 threads take the dual-role kernel (0a.) where
-// its chunks fit, else the pipelined kernel (0.), whole or split into chunks (pipe_chunks), one or two blocks
-// per SM.
+// Before 2b and 3, on sm_90+: "auto", aligned rows beyond 512 threads take the dual-role kernel (0a.) for
+// a few long fp32 rows, else the pipelined kernel (0.), whole or split into chunks (pipe_chunks), one or two
+// blocks per SM.
 // FAE_SOFTMAX_CONFIG (softmax_plan.h) replaces this choice for benchmarks.
 template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const RowsShape& s) {
   using Traits = RowsTraits<T>;
@@ -164,16 +164,15 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
   //    blocks); everything else two blocks per SM, half a ring each, so one block's reduction and exchange
   //    overlap the other's (bf16 1024x32768 52 us vs 56 block kernel, 128x262144 66 vs 68 split; fp32
   //    128x262144 120 vs 122 split).
-  // 0a. Dual-role (sm_90+, aligned, "auto", every output, 16- and 32-bit types; doubles keep the pipelined
-  //     kernel, their register role would spend 64-bit arithmetic for nothing measured): rows split into
-  //     chunks of <= 128 KB that one round of SMs holds, and fp32 whole rows of <= 128 KB when the rows fill
-  //     the GPU. H100 probe (NOTES "probe s16", us, dual vs pipelined on the same chunks): fp32 8x4194304
-  //     105-111 vs 126-128, 128x262144 104-109 vs 120-121, 1024x32768 97.5 vs 101.4; bf16 8x4194304 58-60 vs
-  //     63, 128x262144 57-60 vs 64. bf16 whole rows stay on the pipelined / block kernels (1024x32768: 60 vs
-  //     52-62).
-  if (auto_alg && s.dual && sizeof(T) <= 4 && threads > kSplitThreads) {
+  // 0a. Dual-role (sm_90+, aligned, "auto", every output): fp32 rows so few that each is split over many
+  //     SMs (at most one round of 128 KB chunks). Measured through the op on the H100 (benchmark, 6758abc,
+  //     where the heuristic took it for every split row and fp32 whole rows): fp32 8x4194304 116.5 us
+  //     against the pipelined kernel's 129; elsewhere a tie or a loss (fp32 128x262144 114 vs 113, 1024x32768
+  //     103-104 vs 101.5, bf16 128x262144 64.4 vs 62.9, 8x4194304 65.1-65.4 vs 65.6), although the same
+  //     kernel launched alone on the same chunks (probe s16) ran 6-10 % faster than through the op: NOTES.
+  if (auto_alg && s.dual && sizeof(T) == 4 && threads > kSplitThreads && s.rows * 8 <= s.sms) {
     const int64_t chunks = dual_chunks<T>(s.len);
-    if ((chunks > 1 && chunks <= s.sms) || (chunks == 1 && sizeof(T) == 4 && s.rows >= s.sms)) {
+    if (chunks > 1 && chunks <= s.sms) {
       plan.kind = RowsKind::Dual;
       plan.chunks = static_cast<int>(chunks);
       return plan;

@@ -4,14 +4,15 @@
 // softmax_columns.cuh (dim not last); numerics: online_math.cuh.
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/ops/empty.h>
-#include <ATen/ops/zeros.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <type_traits>
 
+#include "common/cuda_check.h"
 #include "softmax/softmax_launch.h"
 #include "softmax/softmax_plan.h"
 #include "softmax/softmax_problem.h"
@@ -35,6 +36,26 @@ int grid_for(int64_t blocks) { return static_cast<int>(std::clamp<int64_t>(block
 template <typename T> at::Tensor partials_workspace(const at::Tensor& x, int64_t items) {
   return at::empty({2 * items}, x.options().dtype(std::is_same_v<T, double> ? at::kDouble : at::kFloat));
 }
+
+// Workspace of a split-row launch (split, pipelined, dual kernels): the partial (m, d) of every item in the
+// accumulator type, then one counter per row (128-byte aligned), zeroed by a memset on the launch stream.
+// Why a memset: at::zeros launched a fill kernel, ~2 us more per call than cudaMemsetAsync on the H100
+// (s17: fp32 8x4194304 116.3 vs 114.4 us, same kernel).
+template <typename T> struct SplitWorkspace {
+  at::Tensor buffer;
+  acc_t<T>* part_m;
+  acc_t<T>* part_d;
+  int* counters;
+  SplitWorkspace(const at::Tensor& x, int64_t rows, int64_t items, cudaStream_t stream) {
+    const int64_t part_bytes = round_up(2 * items * static_cast<int64_t>(sizeof(acc_t<T>)), 128);
+    buffer = at::empty({part_bytes + rows * static_cast<int64_t>(sizeof(int))}, x.options().dtype(at::kByte));
+    char* base = static_cast<char*>(buffer.data_ptr());
+    part_m = reinterpret_cast<acc_t<T>*>(base);
+    part_d = part_m + items;
+    counters = reinterpret_cast<int*>(base + part_bytes);
+    FAE_CUDA_CHECK(cudaMemsetAsync(counters, 0, rows * sizeof(int), stream));
+  }
+};
 
 // Shape facts the plan depends on.
 struct RowsShape {
@@ -133,8 +154,8 @@ template <typename T> int stream_steps_per_chunk(int64_t len) {
 //                        blocks (registers + shared memory), one read of DRAM, cooperative persistent grid;
 //  4. streaming          everything left: "safe" 3 passes, "online" 2 passes, logsumexp 1 pass + finalize.
 // Before 2b and 3, on sm_90+: "auto", aligned rows beyond 512 threads take the dual-role kernel (0a.) for
-// a few long fp32 rows, else the pipelined kernel (0.), whole or split into chunks (pipe_chunks), one or two
-// blocks per SM.
+// fp32 rows too long for one ring, else the pipelined kernel (0.), whole or split into chunks (pipe_chunks),
+// one or two blocks per SM.
 // FAE_SOFTMAX_CONFIG (softmax_plan.h) replaces this choice for benchmarks.
 template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const RowsShape& s) {
   using Traits = RowsTraits<T>;
@@ -158,32 +179,30 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
   const bool auto_rows = auto_alg && p.output != SoftmaxOutput::LogSumExp;
 
   // 0. Pipelined (sm_90+, aligned, "auto", every output) for rows beyond 512 threads of registers, with the
-  //    ring layout the H100 sweep measured fastest: a few very long rows split over many blocks, one block
-  //    (a full ring) per SM (bf16 8x4194304: 72 us vs 77-79 with two blocks or the split kernel); fp32 rows
-  //    of 16K-48K elements held whole by one block per SM (1024x32768: 102 us vs 108 block kernel, 122 two
-  //    blocks); everything else two blocks per SM, half a ring each, so one block's reduction and exchange
-  //    overlap the other's (bf16 1024x32768 52 us vs 56 block kernel, 128x262144 66 vs 68 split; fp32
-  //    128x262144 120 vs 122 split).
-  // 0a. Dual-role (sm_90+, aligned, "auto", every output): fp32 rows so few that each is split over many
-  //     SMs (at most one round of 128 KB chunks). Measured through the op on the H100 (benchmark, 6758abc,
-  //     where the heuristic took it for every split row and fp32 whole rows): fp32 8x4194304 116.5 us
-  //     against the pipelined kernel's 129; elsewhere a tie or a loss (fp32 128x262144 114 vs 113, 1024x32768
-  //     103-104 vs 101.5, bf16 128x262144 64.4 vs 62.9, 8x4194304 65.1-65.4 vs 65.6), although the same
-  //     kernel launched alone on the same chunks (probe s16) ran 6-10 % faster than through the op: NOTES.
-  if (auto_alg && s.dual && sizeof(T) == 4 && threads > kSplitThreads && s.rows * 8 <= s.sms) {
-    const int64_t chunks = dual_chunks<T>(s.len);
-    if (chunks > 1 && chunks <= s.sms) {
-      plan.kind = RowsKind::Dual;
-      plan.chunks = static_cast<int>(chunks);
-      return plan;
-    }
-  }
-
+  //    ring layout the H100 sweeps measured fastest: a few very long rows split over many blocks, one block
+  //    (a full ring) per SM (bf16 8x4194304: 72 us vs 77-79 with two blocks or the split kernel); rows too
+  //    long for half a ring but not for a whole one held whole by one block per SM, so no row waits on an
+  //    exchange (fp32 1024x32768: 101 us vs 117 two blocks, 108 block kernel; bf16 2048x65536: 201 vs 226);
+  //    everything else two blocks per SM, half a ring each, so one block's reduction and exchange overlap
+  //    the other's (bf16 1024x32768 49 us vs 60 one block, 128x262144 62 vs 67).
+  // 0a. Dual-role (sm_90+, aligned, "auto", every output): fp32 rows the pipelined kernel would split, in
+  //     chunks of 128 KB (at most one round per row). H100 sweep s17 through the op, dual vs the pipelined
+  //     plan (us): 8x4194304 117 vs 126, 128x262144 113 vs 119, 32x1000000 113 vs 136, 2048x65536 410 vs
+  //     421. 16-bit rows stay pipelined: there dual tied (8x4194304 65.5 vs 65.9) or lost 2-5 % (its ring role
+  //     has 4 warps for two exponentials per element).
   if (auto_alg && s.pipe && threads > kSplitThreads) {
     const int chunks_one = pipe_chunks<T>(s, 1);
+    if (s.dual && sizeof(T) == 4 && chunks_one > 1) {
+      const int64_t chunks = dual_chunks<T>(s.len);
+      if (chunks > 1 && chunks <= s.sms) {
+        plan.kind = RowsKind::Dual;
+        plan.chunks = static_cast<int>(chunks);
+        return plan;
+      }
+    }
     const bool few_long_rows = chunks_one > 1 && s.rows * 8 <= s.sms;
-    const bool whole_fp32_rows = chunks_one == 1 && sizeof(T) == 4 && s.rows >= s.sms;
-    const int per_sm = few_long_rows || whole_fp32_rows ? 1 : 2;
+    const bool whole_rows_one_per_sm = chunks_one == 1 && s.rows >= s.sms && pipe_chunks<T>(s, 2) > 1;
+    const int per_sm = few_long_rows || whole_rows_one_per_sm ? 1 : 2;
     const int chunks = per_sm == 1 ? chunks_one : pipe_chunks<T>(s, 2);
     if (chunks > 0) {
       plan.kind = RowsKind::Pipe;
@@ -340,13 +359,12 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
     const int64_t capacity = int64_t(plan.bpsm > 0 ? std::min(plan.bpsm, per_sm) : per_sm) * s.sms;
     if (plan.chunks > capacity) fail("more chunks per row than resident blocks");
     const int64_t items = s.rows * plan.chunks;
-    at::Tensor part, counters;
+    std::optional<SplitWorkspace<T>> work;
     if (plan.chunks > 1) {
-      part = partials_workspace<T>(p.x, items);
-      counters = at::zeros({s.rows}, p.x.options().dtype(at::kInt));
-      rp.part_m = static_cast<acc_t<T>*>(part.data_ptr());
-      rp.part_d = rp.part_m + items;
-      rp.counters = counters.data_ptr<int>();
+      work.emplace(p.x, s.rows, items, stream);
+      rp.part_m = work->part_m;
+      rp.part_d = work->part_d;
+      rp.counters = work->counters;
     }
     launch_block_rows<T>(rp, plan.vpt, s.aligned, plan.threads, static_cast<int>(std::min(items, capacity)), stream);
     return;
@@ -371,13 +389,12 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
     if (per_sm < 1) fail("the block cannot be resident");
     const int64_t capacity = int64_t(std::min(per_sm, blocks_per_sm)) * s.sms;
     if (pp.chunks > capacity) fail("more chunks per row than resident blocks");
-    at::Tensor part, counters;
+    std::optional<SplitWorkspace<T>> work;
     if (pp.chunks > 1) {
-      part = partials_workspace<T>(p.x, s.rows * pp.chunks);
-      counters = at::zeros({s.rows}, p.x.options().dtype(at::kInt));
-      pp.part_m = static_cast<acc_t<T>*>(part.data_ptr());
-      pp.part_d = pp.part_m + s.rows * pp.chunks;
-      pp.counters = counters.data_ptr<int>();
+      work.emplace(p.x, s.rows, s.rows * pp.chunks, stream);
+      pp.part_m = work->part_m;
+      pp.part_d = work->part_d;
+      pp.counters = work->counters;
     }
     // Whole rounds of rows: a multiple of chunks blocks, so a row's chunks run in the same round.
     const int64_t grid = pp.chunks == 1 ? std::min(s.rows, capacity) : std::min(capacity / pp.chunks, s.rows) * pp.chunks;
@@ -397,13 +414,12 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
     if (ceil_div(pp.chunk_elems, pp.piece_elems) > pp.ring_pieces) fail("a chunk does not fit the ring");
     if (dual_blocks_per_sm<T>(pipe_smem_bytes(pp)) < 1) fail("the block cannot be resident");
     if (pp.chunks > s.sms) fail("more chunks per row than SMs");
-    at::Tensor part, counters;
+    std::optional<SplitWorkspace<T>> work;
     if (pp.chunks > 1) {
-      part = partials_workspace<T>(p.x, s.rows * pp.chunks);
-      counters = at::zeros({s.rows}, p.x.options().dtype(at::kInt));
-      pp.part_m = static_cast<acc_t<T>*>(part.data_ptr());
-      pp.part_d = pp.part_m + s.rows * pp.chunks;
-      pp.counters = counters.data_ptr<int>();
+      work.emplace(p.x, s.rows, s.rows * pp.chunks, stream);
+      pp.part_m = work->part_m;
+      pp.part_d = work->part_d;
+      pp.counters = work->counters;
     }
     // One block per SM, whole rounds of rows (a multiple of chunks blocks).
     const int64_t grid = std::min<int64_t>(s.sms / pp.chunks, s.rows) * pp.chunks;

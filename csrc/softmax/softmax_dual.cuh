@@ -163,7 +163,7 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_dual_rows_kernel(const Pi
   __syncthreads();
   const int64_t step = 2 * static_cast<int64_t>(gridDim.x);
   if (threadIdx.x < kRingThreads) {
-    pipe::ring_items<T>(p, blockIdx.x, step, RoleTeam{0, kRingThreads, kRingBarrier}, ring, bars, s_ring,
+    pipe::ring_items<T, true>(p, blockIdx.x, step, RoleTeam{0, kRingThreads, kRingBarrier}, ring, bars, s_ring,
                         kStartBarrier, kThreads);
   } else {
     asm volatile("bar.sync %0, %1;\n" ::"r"(kStartBarrier), "r"(kThreads) : "memory");

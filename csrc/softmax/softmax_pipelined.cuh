@@ -94,8 +94,9 @@ __device__ __forceinline__ void fold_group(OnlineState<acc_t<T>>& st, const uint
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 // The store pass of an item held in the ring (its vectors from slot offset `base`, wrapping at ring_vecs):
-// softmax exp(x - M) * (1 / D), log_softmax x - (M + log D), both NaN for an infinite M.
-template <typename T, bool kSoftmax>
+// softmax exp(x - M) * (1 / D), log_softmax x - (M + log D), both NaN for an infinite M. Stores are
+// evict-first for 16-bit types always and for every type with kEvictFirst (the dual kernel's ring role).
+template <typename T, bool kSoftmax, bool kEvictFirst>
 __device__ __forceinline__ void store_item(T* y, const uint4* ring, int base, int ring_vecs, int nvec, int t, int nt,
                                            const Epilogue<acc_t<T>>& epi, acc_t<T> row_max) {
   using A = acc_t<T>;
@@ -108,10 +109,12 @@ __device__ __forceinline__ void store_item(T* y, const uint4* ring, int base, in
     VecIO<T>::unpack(ring[i >= ring_vecs ? i - ring_vecs : i], w);
 #pragma unroll
     for (int j = 0; j < kVec; ++j) w[j] = epi.template apply_term_as<kSoftmax>(kSoftmax ? e(w[j]) : w[j]);
-    // 16-bit outputs are stored evict-first: measured side by side on the H100, bf16 split rows ran
-    // 2-4.5 % faster (8x4194304 70.7 -> 67.5 us) and fp32 rows 3-12 % slower, so 32/64-bit types keep the
-    // default policy. Why it differs per type is not understood.
-    if constexpr (sizeof(T) == 2) {
+    // The pipelined kernel stores 16-bit outputs evict-first: measured side by side on the H100, bf16 split
+    // rows ran 2-4.5 % faster (8x4194304 70.7 -> 67.5 us) and fp32 rows 3-12 % slower (s12; s17: fp32
+    // 1024x32768 102.5 -> 108.7 us), so there 32/64-bit types keep the default policy. In the dual kernel
+    // evict-first fp32 stores gained 2-4 % (s17 sweep: 128x262144 109.4 -> 107.1 us, 256x131072 110.5 ->
+    // 106.0). Why it differs per kernel and type is not understood.
+    if constexpr (sizeof(T) == 2 || kEvictFirst) {
       store16_streaming(y + static_cast<int64_t>(v) * kVec, VecIO<T>::pack(w));
     } else {
       store16(y + static_cast<int64_t>(v) * kVec, VecIO<T>::pack(w));
@@ -125,8 +128,9 @@ __device__ __forceinline__ void store_item(T* y, const uint4* ring, int base, in
 // so the reduction runs behind the arrivals; one team merge of the states and, for split rows, the row
 // exchange; then a pass over the item's vectors normalizes and stores. An item's pieces are consecutive slots
 // modulo the ring. With start_barrier > 0 the team arrives once on that named barrier (start_count
-// threads) when its first item is folded: the dual kernel starts its other role there.
-template <typename T, typename Team>
+// threads) when its first item is folded: the dual kernel starts its other role there. kEvictFirst: the
+// store pass of every type is evict-first (store_item).
+template <typename T, bool kEvictFirst = false, typename Team>
 __device__ __forceinline__ void ring_items(const PipeParams<T>& p, int64_t first_item, int64_t step, Team team,
                                            uint4* ring, uint64_t* bars, OnlineState<acc_t<T>>* scratch,
                                            int start_barrier = 0, int start_count = 0) {
@@ -177,9 +181,9 @@ __device__ __forceinline__ void ring_items(const PipeParams<T>& p, int64_t first
       const Epilogue<A> epi(p.output, row_state, row_state.m);
       T* y = p.y + span.row * p.len + span.begin;
       if (p.output == SoftmaxOutput::Softmax) {
-        store_item<T, true>(y, ring, base, ring_vecs, nvec, t, nt, epi, row_state.m);
+        store_item<T, true, kEvictFirst>(y, ring, base, ring_vecs, nvec, t, nt, epi, row_state.m);
       } else {
-        store_item<T, false>(y, ring, base, ring_vecs, nvec, t, nt, epi, row_state.m);
+        store_item<T, false, kEvictFirst>(y, ring, base, ring_vecs, nvec, t, nt, epi, row_state.m);
       }
     }
 

@@ -269,20 +269,31 @@ struct Timer {
   const uint4* flush_buf;
   size_t flush_n;
   unsigned* sink;
-  cudaEvent_t a, b;
+  bool sync_each;  // wait for every call before enqueuing the next (else enqueue all, as common.Timer does)
+  std::vector<cudaEvent_t> a, b;
   template <class F> float median(F&& f, int reps) {
-    std::vector<float> ts;
-    for (int r = 0; r < reps + 3; ++r) {
-      flush_kernel<<<132 * 4, 512>>>(flush_buf, flush_n, sink);
-      CK(cudaEventRecord(a));
-      f();
-      CK(cudaEventRecord(b));
-      CK(cudaEventSynchronize(b));
-      float ms;
-      CK(cudaEventElapsedTime(&ms, a, b));
-      if (r >= 3) ts.push_back(ms * 1000.f);
+    const int n = reps + 3;
+    while (static_cast<int>(a.size()) < n) {
+      a.emplace_back();
+      b.emplace_back();
+      CK(cudaEventCreate(&a.back()));
+      CK(cudaEventCreate(&b.back()));
     }
+    for (int r = 0; r < n; ++r) {
+      flush_kernel<<<132 * 4, 512>>>(flush_buf, flush_n, sink);
+      CK(cudaEventRecord(a[r]));
+      f();
+      CK(cudaEventRecord(b[r]));
+      if (sync_each) CK(cudaEventSynchronize(b[r]));
+    }
+    CK(cudaDeviceSynchronize());
     CK(cudaGetLastError());
+    std::vector<float> ts;
+    for (int r = 3; r < n; ++r) {
+      float ms;
+      CK(cudaEventElapsedTime(&ms, a[r], b[r]));
+      ts.push_back(ms * 1000.f);
+    }
     std::sort(ts.begin(), ts.end());
     return ts[ts.size() / 2];
   }
@@ -376,23 +387,25 @@ void run_shape(Timer& tm, int64_t rows, int64_t len, int want_chunks, int reps, 
       {"dual, R after P's fold, R .cs", 3, 1, false, true},
       {"dual, R after P's fold, P + R .cs", 3, 1, true, true},
   };
-  {
-    // The library's dual kernel (softmax_dual.cuh) on the same chunking.
-    PipeParams<T> pp{x, y, rows, len, chunk_elems, chunks, 16 / int(sizeof(T)) * 1024, kRing, SoftmaxOutput::Softmax,
-                     pm, pd, counters};
+  // The library's dual kernel (softmax_dual.cuh) on the same chunking; timed again after the variants below,
+  // so that an order effect shows.
+  PipeParams<T> dual_pp{x, y, rows, len, chunk_elems, chunks, 16 / int(sizeof(T)) * 1024, kRing,
+                        SoftmaxOutput::Softmax, pm, pd, counters};
+  auto time_library_dual = [&](const char* name) {
     auto k = dual::softmax_dual_rows_kernel<T>;
     const size_t smem = size_t(kRing) * 16384;
     CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     CK(cudaMemset(y, 0xff, bytes));
-    report("library dual", tm.median(
-                               [&] {
-                                 CK(cudaMemsetAsync(counters, 0, rows * sizeof(int)));
-                                 void* args[] = {&pp};
-                                 CK(cudaLaunchCooperativeKernel((void*)k, grid, dual::kThreads, args, smem, 0));
-                               },
-                               reps));
-    check("library dual");
-  }
+    report(name, tm.median(
+                     [&] {
+                       CK(cudaMemsetAsync(counters, 0, rows * sizeof(int)));
+                       void* args[] = {&dual_pp};
+                       CK(cudaLaunchCooperativeKernel((void*)k, grid, dual::kThreads, args, smem, 0));
+                     },
+                     reps));
+    check(name);
+  };
+  time_library_dual("library dual");
   for (const Config& c : configs) {
     DualParams<T> dp{x, y, rows, len, chunk_elems, chunks, 16 / int(sizeof(T)) * 1024, c.roles, c.phase, c.p_cs,
                      c.r_cs, pm, pd, counters};
@@ -410,6 +423,7 @@ void run_shape(Timer& tm, int64_t rows, int64_t len, int want_chunks, int reps, 
                        reps));
     check(c.name);
   }
+  time_library_dual("library dual, again");
   CK(cudaFree(x));
   CK(cudaFree(y));
   CK(cudaFree(pm));
@@ -427,9 +441,10 @@ int main(int argc, char** argv) {
   CK(cudaMalloc(&fl, flush_n * 16));
   CK(cudaMalloc(&sink, 4));
   CK(cudaMemset(fl, 1, flush_n * 16));
-  Timer tm{fl, flush_n, sink};
-  CK(cudaEventCreate(&tm.a));
-  CK(cudaEventCreate(&tm.b));
+  // PROBE_SYNC=0: calls enqueued back to back, as benchmarks/common.Timer does (default: one at a time).
+  const char* sync_env = std::getenv("PROBE_SYNC");
+  Timer tm{fl, flush_n, sink, !(sync_env && sync_env[0] == '0'), {}, {}};
+  std::printf("timing: %s\n", tm.sync_each ? "each call waited for" : "calls enqueued back to back");
   run_shape<float>(tm, 8, 4194304, 0, reps, sms);
   run_shape<float>(tm, 128, 262144, 0, reps, sms);
   run_shape<float>(tm, 1024, 32768, 0, reps, sms);

@@ -57,6 +57,21 @@ template <typename T> struct SplitWorkspace {
   }
 };
 
+// The workspace of a launch whose rows are split into `chunks` (> 1), wired into its params (RowsParams or
+// PipeParams); none for whole rows. Keep the result alive until the launch is enqueued.
+template <typename T, typename Params>
+std::optional<SplitWorkspace<T>> split_workspace(Params& params, const at::Tensor& x, int64_t rows, int chunks,
+                                                 cudaStream_t stream) {
+  std::optional<SplitWorkspace<T>> work;
+  if (chunks > 1) {
+    work.emplace(x, rows, rows * chunks, stream);
+    params.part_m = work->part_m;
+    params.part_d = work->part_d;
+    params.counters = work->counters;
+  }
+  return work;
+}
+
 // Shape facts the plan depends on.
 struct RowsShape {
   int64_t rows;
@@ -359,13 +374,7 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
     const int64_t capacity = int64_t(plan.bpsm > 0 ? std::min(plan.bpsm, per_sm) : per_sm) * s.sms;
     if (plan.chunks > capacity) fail("more chunks per row than resident blocks");
     const int64_t items = s.rows * plan.chunks;
-    std::optional<SplitWorkspace<T>> work;
-    if (plan.chunks > 1) {
-      work.emplace(p.x, s.rows, items, stream);
-      rp.part_m = work->part_m;
-      rp.part_d = work->part_d;
-      rp.counters = work->counters;
-    }
+    const auto work = split_workspace<T>(rp, p.x, s.rows, plan.chunks, stream);
     launch_block_rows<T>(rp, plan.vpt, s.aligned, plan.threads, static_cast<int>(std::min(items, capacity)), stream);
     return;
   }
@@ -389,13 +398,7 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
     if (per_sm < 1) fail("the block cannot be resident");
     const int64_t capacity = int64_t(std::min(per_sm, blocks_per_sm)) * s.sms;
     if (pp.chunks > capacity) fail("more chunks per row than resident blocks");
-    std::optional<SplitWorkspace<T>> work;
-    if (pp.chunks > 1) {
-      work.emplace(p.x, s.rows, s.rows * pp.chunks, stream);
-      pp.part_m = work->part_m;
-      pp.part_d = work->part_d;
-      pp.counters = work->counters;
-    }
+    const auto work = split_workspace<T>(pp, p.x, s.rows, pp.chunks, stream);
     // Whole rounds of rows: a multiple of chunks blocks, so a row's chunks run in the same round.
     const int64_t grid = pp.chunks == 1 ? std::min(s.rows, capacity) : std::min(capacity / pp.chunks, s.rows) * pp.chunks;
     launch_pipelined_rows<T>(pp, plan.threads, static_cast<int>(grid), stream);
@@ -414,13 +417,7 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
     if (ceil_div(pp.chunk_elems, pp.piece_elems) > pp.ring_pieces) fail("a chunk does not fit the ring");
     if (dual_blocks_per_sm<T>(pipe_smem_bytes(pp)) < 1) fail("the block cannot be resident");
     if (pp.chunks > s.sms) fail("more chunks per row than SMs");
-    std::optional<SplitWorkspace<T>> work;
-    if (pp.chunks > 1) {
-      work.emplace(p.x, s.rows, s.rows * pp.chunks, stream);
-      pp.part_m = work->part_m;
-      pp.part_d = work->part_d;
-      pp.counters = work->counters;
-    }
+    const auto work = split_workspace<T>(pp, p.x, s.rows, pp.chunks, stream);
     // One block per SM, whole rounds of rows (a multiple of chunks blocks).
     const int64_t grid = std::min<int64_t>(s.sms / pp.chunks, s.rows) * pp.chunks;
     launch_dual_rows<T>(pp, static_cast<int>(grid), stream);

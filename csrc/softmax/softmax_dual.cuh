@@ -156,11 +156,7 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_dual_rows_kernel(const Pi
   extern __shared__ __align__(128) uint4 ring[];
   __shared__ uint64_t bars[kPipeMaxPieces];
   __shared__ OnlineState<acc_t<T>> s_ring[32], s_reg[32];
-  if (threadIdx.x == 0) {
-    for (int i = 0; i < p.ring_pieces; ++i) mbarrier_init(bars + i, 1);
-    mbarrier_init_fence();
-  }
-  __syncthreads();
+  pipe::init_ring_barriers(bars, p.ring_pieces);
   const int64_t step = 2 * static_cast<int64_t>(gridDim.x);
   if (threadIdx.x < kRingThreads) {
     pipe::ring_items<T, true>(p, blockIdx.x, step, RoleTeam{0, kRingThreads, kRingBarrier}, ring, bars, s_ring,

@@ -93,6 +93,16 @@ __device__ __forceinline__ void fold_group(OnlineState<acc_t<T>>& st, const uint
 }
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+// The ring's barriers (one per slot, one arrival: the producer's expect-tx), initialized by thread 0 and
+// visible to the block (and to the bulk copies) once every thread has passed the block barrier.
+__device__ __forceinline__ void init_ring_barriers(uint64_t* bars, int ring_pieces) {
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < ring_pieces; ++i) mbarrier_init(bars + i, 1);
+    mbarrier_init_fence();
+  }
+  __syncthreads();
+}
+
 // The store pass of an item held in the ring (its vectors from slot offset `base`, wrapping at ring_vecs):
 // softmax exp(x - M) * (1 / D), log_softmax x - (M + log D), both NaN for an infinite M. Stores are
 // evict-first for 16-bit types always and for every type with kEvictFirst (the dual kernel's ring role).
@@ -208,11 +218,7 @@ __global__ void __launch_bounds__(kPipeMaxThreads, 1) softmax_pipelined_rows_ker
   extern __shared__ __align__(128) uint4 ring[];
   __shared__ uint64_t bars[kPipeMaxPieces];
   __shared__ OnlineState<acc_t<T>> s_state[32];
-  if (threadIdx.x == 0) {
-    for (int i = 0; i < p.ring_pieces; ++i) mbarrier_init(bars + i, 1);
-    mbarrier_init_fence();
-  }
-  __syncthreads();
+  init_ring_barriers(bars, p.ring_pieces);
   ring_items<T>(p, blockIdx.x, gridDim.x, BlockTeam{}, ring, bars, s_state);
 #endif
 }

@@ -138,15 +138,14 @@ template <typename T> int pipe_chunks(const RowsShape& s, int per_sm) {
   return best;
 }
 
-// Dual-role kernel (softmax_dual.cuh): chunks of at most dual_item_bytes (the register role's capacity),
+// Dual-role kernel (softmax_dual.cuh): chunks of at most kDualMaxItemBytes (the register role's capacity),
 // the fewest, cut at multiples of 128 bytes (as pipe_chunk_elems, for the ring role's bulk copies).
 template <typename T> int64_t dual_chunk_elems(int64_t len, int64_t chunks) {
   return round_up(ceil_div(len, chunks), 128 / static_cast<int64_t>(sizeof(T)));
 }
-template <typename T> int64_t dual_chunks(int64_t len, int ring_threads) {
-  return ceil_div(len * static_cast<int64_t>(sizeof(T)), dual_item_bytes(ring_threads));
+template <typename T> int64_t dual_chunks(int64_t len) {
+  return ceil_div(len * static_cast<int64_t>(sizeof(T)), kDualMaxItemBytes);
 }
-constexpr int kDualDefaultRingThreads = 128;
 
 // Streaming chunks: 4 block-steps (64 KiB of fp32), more for rows so long that a row would have over 1024
 // chunks (keeps the partial merges short).
@@ -201,20 +200,20 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
   //    exchange (fp32 1024x32768: 101 us vs 117 two blocks, 108 block kernel; bf16 2048x65536: 201 vs 226);
   //    everything else two blocks per SM, half a ring each, so one block's reduction and exchange overlap
   //    the other's (bf16 1024x32768 49 us vs 60 one block, 128x262144 62 vs 67).
-  // 0a. Dual-role (sm_90+, aligned, "auto", every output), chunks of <= 128 KB, the ring role of 128 threads:
-  //     fp32 rows the pipelined kernel would split (at most one round per row), fp32 rows it would hold whole
-  //     one per SM that fit one item (no exchange), and a few very long 16-bit rows. H100 sweeps through the
-  //     op, dual vs the pipelined plan (us): s17 fp32 8x4194304 117 vs 126, 128x262144 113 vs 119,
-  //     32x1000000 113 vs 136, 2048x65536 410 vs 421; s18 (three rounds) fp32 1024x32768 98.3-100.3 vs
-  //     102.0-102.7, bf16 8x4194304 63.1-63.6 vs 64.6-65.5. Other 16-bit split rows stay pipelined: there
-  //     dual lost 1-4 % (bf16 128x262144 61.7-62.4 vs 60.1-61.0). A ring role of 256 threads (items of 96 KB)
-  //     lost everywhere (s18: bf16 8x4194304 75 us, fp32 1024x32768 124: more items, more exchanges).
+  // 0a. Dual-role (sm_90+, aligned, "auto", every output), chunks of <= 128 KB: fp32 rows the pipelined
+  //     kernel would split (at most one round per row), fp32 rows it would hold whole one per SM that fit one
+  //     item (no exchange), and a few very long 16-bit rows. H100 sweeps through the op, dual vs the
+  //     pipelined plan (us): s17 fp32 8x4194304 117 vs 126, 128x262144 113 vs 119, 32x1000000 113 vs 136,
+  //     2048x65536 410 vs 421; s18 (2-3 rounds) fp32 1024x32768 98.3-100.3 vs 101.5-102.7, 1024x24576 72.1-72.4
+  //     vs 77.0-77.2 (4096x32768 389-390 vs 384.5: the one loss, 1.3 %), bf16 8x4194304 62.9-63.6 vs
+  //     64.5-65.5, 4x8388608 63.7-64.1 vs 65.0-65.5. Other 16-bit split rows stay pipelined: there dual lost
+  //     1-4 % (bf16 128x262144 61.7-62.4 vs 60.1-61.0), and 16-bit whole rows too (2048x65536 219 vs 200).
   if (auto_alg && s.pipe && threads > kSplitThreads) {
     const int chunks_one = pipe_chunks<T>(s, 1);
     const bool few_long_rows = chunks_one > 1 && s.rows * 8 <= s.sms;
     const bool whole_rows_one_per_sm = chunks_one == 1 && s.rows >= s.sms && pipe_chunks<T>(s, 2) > 1;
     if (s.dual) {
-      const int64_t chunks = dual_chunks<T>(s.len, kDualDefaultRingThreads);
+      const int64_t chunks = dual_chunks<T>(s.len);
       // An item must also fit the ring (it does on sm_90's 227 KB; guards smaller opt-in shared memory).
       const int64_t item_pieces = ceil_div(dual_chunk_elems<T>(s.len, chunks) * int64_t(sizeof(T)), kPipePieceBytes);
       const bool fits = chunks <= s.sms && item_pieces <= pipe_ring_pieces(s.smem_optin, 1);
@@ -225,7 +224,6 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
       const bool one_item_rows = whole_rows_one_per_sm && chunks == 1 && sizeof(T) == 4;
       if (fits && two_rounds && (split_rows || one_item_rows)) {
         plan.kind = RowsKind::Dual;
-        plan.threads = kDualDefaultRingThreads;
         plan.chunks = static_cast<int>(chunks);
         return plan;
       }
@@ -420,23 +418,20 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
 
   if (plan.kind == RowsKind::Dual) {
     if (!s.dual) fail("the dual kernel needs 16-byte aligned rows and sm_90 code for this device");
-    if (plan.threads == 0) plan.threads = kDualDefaultRingThreads;
-    if (!dual_ring_threads_compiled(plan.threads)) fail("threads (the ring role's) must be 128 or 256");
-    const int64_t item_bytes = dual_item_bytes(plan.threads);
-    if (plan.chunks == 0) plan.chunks = static_cast<int>(std::min<int64_t>(dual_chunks<T>(s.len, plan.threads), 1 << 30));
+    if (plan.chunks == 0) plan.chunks = static_cast<int>(std::min<int64_t>(dual_chunks<T>(s.len), 1 << 30));
     if (plan.chunks < 1) fail("chunks must be >= 1");
     PipeParams<T> pp{x, y, s.rows, s.len, 0, 0, kPipePieceBytes / static_cast<int>(sizeof(T)),
                      pipe_ring_pieces(s.smem_optin, 1), p.output, nullptr, nullptr, nullptr};
     pp.chunk_elems = dual_chunk_elems<T>(s.len, plan.chunks);
-    if (pp.chunk_elems * static_cast<int64_t>(sizeof(T)) > item_bytes) fail("chunks larger than the register role holds");
+    if (pp.chunk_elems * static_cast<int64_t>(sizeof(T)) > kDualMaxItemBytes) fail("chunks of more than 128 KB");
     pp.chunks = static_cast<int>(ceil_div(s.len, pp.chunk_elems));  // rounding may leave fewer chunks
     if (ceil_div(pp.chunk_elems, pp.piece_elems) > pp.ring_pieces) fail("a chunk does not fit the ring");
-    if (dual_blocks_per_sm<T>(plan.threads, pipe_smem_bytes(pp)) < 1) fail("the block cannot be resident");
+    if (dual_blocks_per_sm<T>(pipe_smem_bytes(pp)) < 1) fail("the block cannot be resident");
     if (pp.chunks > s.sms) fail("more chunks per row than SMs");
     const auto work = split_workspace<T>(pp, p.x, s.rows, pp.chunks, stream);
     // One block per SM, whole rounds of rows (a multiple of chunks blocks).
     const int64_t grid = std::min<int64_t>(s.sms / pp.chunks, s.rows) * pp.chunks;
-    launch_dual_rows<T>(pp, plan.threads, static_cast<int>(grid), stream);
+    launch_dual_rows<T>(pp, static_cast<int>(grid), stream);
     return;
   }
 

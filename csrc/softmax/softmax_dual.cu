@@ -10,22 +10,15 @@ namespace softmax {
 
 // As the pipelined kernel: the body exists only in sm_90+ code.
 template <typename T> bool dual_supported() {
-  return kernel_binary_version(&dual::softmax_dual_rows_kernel<T, 128>) >= 90;
+  return kernel_binary_version(&dual::softmax_dual_rows_kernel<T>) >= 90;
 }
 
-// The kernel of a ring role of ring_threads (dual_ring_threads_compiled: 128 or 256).
-template <typename T> auto dual_kernel(int ring_threads) {
-  TORCH_CHECK(dual_ring_threads_compiled(ring_threads), "dual softmax kernel: no ring role of ", ring_threads,
-              " threads is compiled (128 or 256)");
-  return ring_threads == 128 ? dual::softmax_dual_rows_kernel<T, 128> : dual::softmax_dual_rows_kernel<T, 256>;
+template <typename T> int dual_blocks_per_sm(size_t smem_bytes) {
+  return resident_blocks_per_sm(&dual::softmax_dual_rows_kernel<T>, dual::kThreads, smem_bytes);
 }
 
-template <typename T> int dual_blocks_per_sm(int ring_threads, size_t smem_bytes) {
-  return resident_blocks_per_sm(dual_kernel<T>(ring_threads), dual::kThreads, smem_bytes);
-}
-
-template <typename T> void launch_dual_rows(const PipeParams<T>& p, int ring_threads, int grid, cudaStream_t stream) {
-  auto kernel = dual_kernel<T>(ring_threads);
+template <typename T> void launch_dual_rows(const PipeParams<T>& p, int grid, cudaStream_t stream) {
+  auto kernel = dual::softmax_dual_rows_kernel<T>;
   const size_t smem = pipe_smem_bytes(p);
   allow_dynamic_smem(kernel, smem);
   if (p.chunks == 1) {
@@ -38,8 +31,8 @@ template <typename T> void launch_dual_rows(const PipeParams<T>& p, int ring_thr
 
 #define FAE_INSTANTIATE_DUAL(T)                  \
   template bool dual_supported<T>();             \
-  template int dual_blocks_per_sm<T>(int, size_t);    \
-  template void launch_dual_rows<T>(const PipeParams<T>&, int, int, cudaStream_t);
+  template int dual_blocks_per_sm<T>(size_t);    \
+  template void launch_dual_rows<T>(const PipeParams<T>&, int, cudaStream_t);
 FAE_INSTANTIATE_DUAL(float)
 FAE_INSTANTIATE_DUAL(double)
 FAE_INSTANTIATE_DUAL(__half)

@@ -2,9 +2,9 @@
 // Dual-role row kernel (sm_90+) for rows split over many blocks. Why: the pipelined kernel's block folds,
 // waits for its row's exchange and stores in turn, and while every block of a round waits, DRAM idles
 // (its split rows ran 70-74 % of copy bandwidth; with the exchange removed 86 %). Here every SM runs two
-// independent item chains: the ring role (4 or 8 warps) walks the even rounds through the pipelined kernel's
-// ring of bulk copies (ring_items), the register role (the other 16 or 12 warps) the odd rounds with each
-// thread's 16 vectors of the item in registers. Each role reduces, exchanges and waits on its own named barrier and counters, and
+// independent item chains: the ring role (4 warps) walks the even rounds through the pipelined kernel's ring
+// of bulk copies (ring_items), the register role (16 warps) the odd rounds with each thread's 16 vectors of
+// the item in registers. Each role reduces, exchanges and waits on its own named barrier and counters, and
 // the register role starts once the ring role has folded its first item, so the roles run out of phase:
 // while one waits on its row, the other streams (H100 probe, NOTES "probe s16": fp32 8x4194304 105-111 us
 // against 126-128, bf16 58-60 against 63). Each element is still read once and written once.
@@ -14,11 +14,11 @@ namespace flash_attn_ext {
 namespace softmax {
 namespace dual {
 
-// Block: kThreads = the ring role (kRingThreads, 128 or 256: a template argument of the kernel) + the
-// register role (the rest), each register-role thread holding kRegVecs 16-byte vectors of an item
-// (dual_item_bytes on the host).
-constexpr int kThreads = kDualThreads;
-constexpr int kRegVecs = kDualRegVecs;
+constexpr int kRingThreads = 128;  // the ring role: 4 warps, as the pipelined kernel's fp32 plan
+constexpr int kRegThreads = 512;   // the register role: 16 warps
+constexpr int kRegVecs = 16;       // 16-byte vectors per register-role thread: items of at most 128 KB
+constexpr int kThreads = kRingThreads + kRegThreads;
+static_assert(int64_t(kRegThreads) * kRegVecs * 16 == kDualMaxItemBytes, "the host's item bound");
 constexpr int kRingBarrier = 1;   // named barriers: the ring role's, the register role's, and the start
 constexpr int kRegBarrier = 2;
 constexpr int kStartBarrier = 3;
@@ -72,7 +72,7 @@ template <typename T> __device__ __forceinline__ acc_t<T> max_of_vectors(const u
 }
 
 // The register role's store pass (output known at compile time, as pipe::store_item).
-template <typename T, bool kSoftmax, int kRegThreads>
+template <typename T, bool kSoftmax>
 __device__ __forceinline__ void store_registers(T* y, const uint4 (&raw)[kRegVecs], int nvec, int t,
                                                 const Epilogue<acc_t<T>>& epi, acc_t<T> row_max) {
   using A = acc_t<T>;
@@ -93,12 +93,11 @@ __device__ __forceinline__ void store_registers(T* y, const uint4 (&raw)[kRegVec
 // t, t + kRegThreads, ... of the item (-inf past its end), folds them against its own max, merges with the
 // role and exchanges the row, then normalizes and stores from registers. Stores are evict-first for every
 // type: with the default policy the fp32 role ran 1.4x slower (probe s16).
-template <typename T, int kRingThreads>
+template <typename T>
 __device__ __forceinline__ void register_items(const PipeParams<T>& p, int64_t first_item, int64_t step,
                                                OnlineState<acc_t<T>>* scratch) {
   using A = acc_t<T>;
   constexpr int kVec = 16 / static_cast<int>(sizeof(T));
-  constexpr int kRegThreads = kThreads - kRingThreads;
   const RoleTeam team{kRingThreads, kRegThreads, kRegBarrier};
   const int t = team.rank();
   const int64_t items = p.rows * p.chunks;
@@ -135,24 +134,23 @@ __device__ __forceinline__ void register_items(const PipeParams<T>& p, int64_t f
     const Epilogue<A> epi(p.output, row_state, row_state.m);
     T* y = p.y + span.row * p.len + span.begin;
     if (p.output == SoftmaxOutput::Softmax) {
-      store_registers<T, true, kRegThreads>(y, raw, nvec, t, epi, row_state.m);
+      store_registers<T, true>(y, raw, nvec, t, epi, row_state.m);
     } else {
-      store_registers<T, false, kRegThreads>(y, raw, nvec, t, epi, row_state.m);
+      store_registers<T, false>(y, raw, nvec, t, epi, row_state.m);
     }
   }
 }
 #endif
 
 // Shape: persistent grid of one block per SM, gridDim.x a multiple of p.chunks (round k = items
-// [k * gridDim.x, (k + 1) * gridDim.x) holds whole rows); items of at most dual_item_bytes(kRingThreads)
-// and of at most p.ring_pieces pieces. Block: kThreads = the ring role (threads [0, kRingThreads), rounds 0,
-// 2, 4, ...) + the register role (threads [kRingThreads, 640), rounds 1, 3, 5, ...). Dynamic shared memory:
-// the ring.
+// [k * gridDim.x, (k + 1) * gridDim.x) holds whole rows); items of at most kDualMaxItemBytes and of at most
+// p.ring_pieces pieces. Block: kThreads = the ring role (threads [0, 128), rounds 0, 2, 4, ...) + the
+// register role (threads [128, 640), rounds 1, 3, 5, ...). Dynamic shared memory: the ring.
 // Deadlock freedom: each role's items ascend and its rows' chunks lie in one of its rounds, so the
 // induction of exchange_row_state holds per role; the roles wait on nothing of each other's except the
 // start barrier, which the ring role passes after folding its first item (every block has one: gridDim.x
 // <= items).
-template <typename T, int kRingThreads>
+template <typename T>
 __global__ void __launch_bounds__(kThreads, 1) softmax_dual_rows_kernel(const PipeParams<T> p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(128) uint4 ring[];
@@ -165,7 +163,7 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_dual_rows_kernel(const Pi
                         kStartBarrier, kThreads);
   } else {
     asm volatile("bar.sync %0, %1;\n" ::"r"(kStartBarrier), "r"(kThreads) : "memory");
-    register_items<T, kRingThreads>(p, blockIdx.x + gridDim.x, step, s_reg);
+    register_items<T>(p, blockIdx.x + gridDim.x, step, s_reg);
   }
 #endif
 }

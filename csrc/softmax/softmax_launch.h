@@ -123,18 +123,13 @@ template <typename T> size_t pipe_smem_bytes(const PipeParams<T>& p) {
   return static_cast<size_t>(p.ring_pieces) * p.piece_elems * sizeof(T);
 }
 
-// Dual-role kernel (softmax_dual.cuh, sm_90+): one block of kDualThreads per SM, the pipelined kernel's
-// ring for the even rounds of items (the ring role: ring_threads, 128 or 256) and the other threads'
-// registers for the odd ones (kDualRegVecs 16-byte vectors each); items of at most
-// dual_item_bytes(ring_threads) and of at most ring_pieces pieces; grid a multiple of chunks. Cooperative
-// when chunks > 1.
-constexpr int kDualThreads = 640;
-constexpr int kDualRegVecs = 16;
-constexpr int64_t dual_item_bytes(int ring_threads) { return int64_t(kDualThreads - ring_threads) * kDualRegVecs * 16; }
-inline bool dual_ring_threads_compiled(int ring_threads) { return ring_threads == 128 || ring_threads == 256; }
+// Dual-role kernel (softmax_dual.cuh, sm_90+): one block of 640 threads per SM, the pipelined kernel's
+// ring for the even rounds of items and registers for the odd ones; items of at most kDualMaxItemBytes and
+// of at most ring_pieces pieces; grid a multiple of chunks. Cooperative when chunks > 1.
+constexpr int64_t kDualMaxItemBytes = 128 * 1024;
 template <typename T> bool dual_supported();
-template <typename T> int dual_blocks_per_sm(int ring_threads, size_t smem_bytes);
-template <typename T> void launch_dual_rows(const PipeParams<T>& p, int ring_threads, int grid, cudaStream_t stream);
+template <typename T> int dual_blocks_per_sm(size_t smem_bytes);
+template <typename T> void launch_dual_rows(const PipeParams<T>& p, int grid, cudaStream_t stream);
 
 template <typename T> void launch_stream_reduce(const StreamParams<T>& p, bool aligned, int grid,
                                                 cudaStream_t stream);

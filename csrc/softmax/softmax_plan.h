@@ -18,14 +18,12 @@
 //            registers (RowsTraits' small or large size); "small" / "large" name RowsTraits' sizes of the
 //            call's dtype (fp32 2 / 8, 16-bit 1 / 4, double 1 / 4)
 //   threads  block/split/pipe: block size, multiple of 32 (block 0: fewest that hold the row; split 0: 256;
-//            pipe 0: 32 elements per thread per 16 KiB piece, fp32 128, 16-bit 256; pipe at most 512);
-//            dual: the ring role's threads, 128 or 256 (0: 128), the register role has the rest of 640
+//            pipe 0: 32 elements per thread per 16 KiB piece, fp32 128, 16-bit 256; pipe at most 512)
 //   smem     block/split: vectors per thread in shared memory (aligned rows only). Absent: block the fewest
 //            that hold the row with the given threads (0 when threads is absent), split 0
 //   chunks   split: blocks per row (0: fewest that hold the row); pipe: blocks per row at most (0: the
 //            heuristic's; chunks are cut to whole ring pieces or 128 bytes, which may leave fewer); dual:
-//            blocks per row at most (0: fewest with chunks the register role holds, 128 KB with a ring role
-//            of 128 threads, 96 KB with 256; cut to 128 bytes)
+//            blocks per row at most (0: fewest with chunks of <= 128 KB; cut to 128 bytes)
 //   bpsm     warp/block/split: persistent grid of at most bpsm blocks per SM (0: one item per block; split:
 //            as many as are resident); pipe: blocks sharing an SM, each with 1 / bpsm of its ring (0: 1)
 //   steps    stream: 256-thread block-steps per chunk (0: the heuristic's)

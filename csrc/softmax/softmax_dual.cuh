@@ -106,6 +106,7 @@ __device__ __forceinline__ void register_items(const PipeParams<T>& p, int64_t f
     const RowChunk span(item, p.chunks, p.chunk_elems, p.len);
     const int nvec = static_cast<int>(span.end - span.begin) / kVec;
     const T* x = p.x + span.row * p.len + span.begin;
+    FAE_PHASE_STAMP(t, 1, (item - first_item) / step, 0);
     uint4 raw[kRegVecs];
 #pragma unroll
     for (int s = 0; s < kRegVecs; ++s) {
@@ -122,11 +123,13 @@ __device__ __forceinline__ void register_items(const PipeParams<T>& p, int64_t f
 #pragma unroll
       for (int j = 0; j < kVec; ++j) d += e(w[j]);
     }
+    FAE_PHASE_STAMP(t, 1, (item - first_item) / step, 1);
     OnlineState<A> row_state = block_allreduce(OnlineState<A>{m, d}, MergeOp{}, empty_state<A>(), scratch, team);
     if (p.chunks > 1) {
       row_state =
           exchange_row_state(p.part_m, p.part_d, p.counters, p.chunks, span.row, item, row_state, scratch, team);
     }
+    FAE_PHASE_STAMP(t, 1, (item - first_item) / step, 2);
     if (p.output == SoftmaxOutput::LogSumExp) {
       if (t == 0 && span.begin == 0) p.y[span.row] = from_acc<T>(row_lse(row_state));
       continue;
@@ -138,6 +141,7 @@ __device__ __forceinline__ void register_items(const PipeParams<T>& p, int64_t f
     } else {
       store_registers<T, false>(y, raw, nvec, t, epi, row_state.m);
     }
+    FAE_PHASE_STAMP(t, 1, (item - first_item) / step, 3);
   }
 }
 #endif

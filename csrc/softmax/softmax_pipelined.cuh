@@ -6,6 +6,7 @@
 // and keeps the ring full: while the block reduces, exchanges and stores item i, the pieces of the next
 // items are already streaming in. Each element is still read from DRAM once and written once.
 #include "common/mbarrier.cuh"
+#include "softmax/phase_trace.cuh"
 #include "softmax/split_exchange.cuh"
 
 namespace flash_attn_ext {
@@ -168,6 +169,7 @@ __device__ __forceinline__ void ring_items(const PipeParams<T>& p, int64_t first
     OnlineState<A> state = empty_state<A>();
     for (int k = 0; k < pieces; ++k) {
       mbarrier_wait(bars + slot, phase);
+      if (k == 0) FAE_PHASE_STAMP(t, 0, (item - first_item) / step, 0);
       const uint4* piece = ring + slot * piece_vecs;
       const int n = min(piece_vecs, nvec - k * piece_vecs);
       for (int j = t; j < n; j += kPipeGroup * nt) fold_group<T>(state, piece, j, nt, n);
@@ -179,11 +181,13 @@ __device__ __forceinline__ void ring_items(const PipeParams<T>& p, int64_t first
     if (start_barrier > 0 && item == first_item) {
       asm volatile("bar.arrive %0, %1;\n" ::"r"(start_barrier), "r"(start_count) : "memory");
     }
+    FAE_PHASE_STAMP(t, 0, (item - first_item) / step, 1);
     OnlineState<A> row_state = block_allreduce(state, MergeOp{}, empty_state<A>(), scratch, team);
     if (p.chunks > 1) {
       row_state =
           exchange_row_state(p.part_m, p.part_d, p.counters, p.chunks, span.row, item, row_state, scratch, team);
     }
+    FAE_PHASE_STAMP(t, 0, (item - first_item) / step, 2);
 
     if (p.output == SoftmaxOutput::LogSumExp) {
       if (t == 0 && span.begin == 0) p.y[span.row] = from_acc<T>(row_lse(row_state));
@@ -199,6 +203,7 @@ __device__ __forceinline__ void ring_items(const PipeParams<T>& p, int64_t first
 
     // Every thread is done reading this item's slots; hand them back to the producer.
     team.sync();
+    FAE_PHASE_STAMP(t, 0, (item - first_item) / step, 3);
     if (t == 0) {
       producer.outstanding -= pieces;
       fence_async_proxy();  // this team's reads of the slots before the bulk copies refill them

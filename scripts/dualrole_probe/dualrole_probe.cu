@@ -9,6 +9,9 @@
 // call, as the library's is. PROBE_SYNC=0 enqueues all calls back to back (default: each waited for).
 // Build and run from the repository root (sm_90):
 //   nvcc -O3 -std=c++17 --expt-relaxed-constexpr -arch=sm_90a -I csrc -o /tmp/dualrole_probe scripts/dualrole_probe/dualrole_probe.cu && /tmp/dualrole_probe
+// Phase trace (s18): add -DFAE_SOFTMAX_PHASE_TRACE and run with PROBE_TRACE=<dir>: after its timing each
+// library kernel runs once more with its roles' phase stamps on (softmax/phase_trace.cuh); a summary is
+// printed and every stamp written to <dir>/trace_<kernel name>_<dtype>_<shape>.csv.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -17,6 +20,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "softmax/softmax_dual.cuh"
@@ -69,6 +73,66 @@ struct Timer {
     return ts[ts.size() / 2];
   }
 };
+
+#ifdef FAE_SOFTMAX_PHASE_TRACE
+// One traced call after a flush; prints per role the mean phase lengths (us) and the share of the kernel's
+// span in which both roles of an SM wait on a row exchange at once, and writes every stamp to a CSV.
+template <class Launch>
+void trace_kernel(const char* dir, const char* name, Launch&& launch, Timer& tm, int grid, const char* dt,
+                  int64_t rows, int64_t len) {
+  const size_t n = size_t(grid) * 2 * kTraceItems * kTraceStamps;
+  uint64_t* buf;
+  CK(cudaMalloc(&buf, n * sizeof(uint64_t)));
+  CK(cudaMemcpyToSymbol(g_phase_trace, &buf, sizeof(buf)));
+  std::vector<uint64_t> h(n);
+  for (int rep = 0; rep < 3; ++rep) {  // the last of three calls
+    CK(cudaMemset(buf, 0, n * sizeof(uint64_t)));
+    tm.median(launch, 1);
+  }
+  CK(cudaMemcpy(h.data(), buf, n * sizeof(uint64_t), cudaMemcpyDeviceToHost));
+  uint64_t* none = nullptr;  // the timed calls stamp nothing
+  CK(cudaMemcpyToSymbol(g_phase_trace, &none, sizeof(none)));
+  CK(cudaFree(buf));
+  uint64_t t0 = UINT64_MAX, t1 = 0;
+  for (uint64_t v : h) if (v) { t0 = std::min(t0, v); t1 = std::max(t1, v); }
+  std::string tag(name);
+  for (char& c : tag) if (c == ' ' || c == ',') c = '_';
+  char path[512];
+  std::snprintf(path, sizeof path, "%s/trace_%s_%s_%lldx%lld.csv", dir, tag.c_str(), dt, (long long)rows,
+                (long long)len);
+  FILE* f = std::fopen(path, "w");
+  if (f) std::fprintf(f, "block,role,item,first_data,folded,exchanged,stored\n");
+  double sum[2][4] = {}, cnt[2] = {}, both_wait = 0;
+  auto at = [&](int b, int r, int k, int s) { return h[((size_t(b) * 2 + r) * kTraceItems + k) * kTraceStamps + s]; };
+  auto us = [&](uint64_t v) { return v ? (v - t0) * 1e-3 : -1.0; };
+  for (int b = 0; b < grid; ++b) {
+    for (int r = 0; r < 2; ++r)
+      for (int k = 0; k < kTraceItems && at(b, r, k, 3); ++k) {
+        if (f) std::fprintf(f, "%d,%d,%d,%.3f,%.3f,%.3f,%.3f\n", b, r, k, us(at(b, r, k, 0)), us(at(b, r, k, 1)),
+                            us(at(b, r, k, 2)), us(at(b, r, k, 3)));
+        sum[r][0] += (at(b, r, k, 1) - at(b, r, k, 0)) * 1e-3;
+        sum[r][1] += (at(b, r, k, 2) - at(b, r, k, 1)) * 1e-3;
+        sum[r][2] += (at(b, r, k, 3) - at(b, r, k, 2)) * 1e-3;
+        if (k + 1 < kTraceItems && at(b, r, k + 1, 0)) sum[r][3] += (at(b, r, k + 1, 0) - at(b, r, k, 3)) * 1e-3;
+        cnt[r] += 1;
+      }
+    // both roles between "folded" and "exchanged" at the same time
+    for (int i = 0; i < kTraceItems && at(b, 0, i, 3); ++i)
+      for (int j = 0; j < kTraceItems && at(b, 1, j, 3); ++j) {
+        const uint64_t lo = std::max(at(b, 0, i, 1), at(b, 1, j, 1)), hi = std::min(at(b, 0, i, 2), at(b, 1, j, 2));
+        if (hi > lo) both_wait += (hi - lo) * 1e-3;
+      }
+  }
+  if (f) std::fclose(f);
+  const double span = (t1 - t0) * 1e-3;
+  std::printf("    trace %s: span %.1f us (first stamp to last)", name, span);
+  for (int r = 0; r < 2; ++r)
+    if (cnt[r] > 0)
+      std::printf("; role %d: %.0f items, fold %.2f, exchange %.2f, store %.2f, to next %.2f us", r, cnt[r],
+                  sum[r][0] / cnt[r], sum[r][1] / cnt[r], sum[r][2] / cnt[r], sum[r][3] / cnt[r]);
+  std::printf("; both roles waiting %.1f %% of SM time\n", 100.0 * both_wait / (span * grid));
+}
+#endif
 
 template <typename T> float to_f(T v);
 template <> float to_f<float>(float v) { return v; }
@@ -145,6 +209,13 @@ void run_shape(Timer& tm, int64_t rows, int64_t len, int want_chunks, int reps, 
                      },
                      reps));
     check(name);
+#ifdef FAE_SOFTMAX_PHASE_TRACE
+    if (const char* dir = std::getenv("PROBE_TRACE")) trace_kernel(dir, name, [&] {
+      CK(cudaMemsetAsync(counters, 0, rows * sizeof(int)));
+      void* args[] = {&pp};
+      CK(cudaLaunchCooperativeKernel((void*)k, grid, threads, args, smem, 0));
+    }, tm, grid, sizeof(T) == 2 ? "bf16" : "fp32", rows, len);
+#endif
   };
   time_kernel("library pipelined, 128 threads", pipe::softmax_pipelined_rows_kernel<T>, 128);
   time_kernel("library pipelined, 256 threads", pipe::softmax_pipelined_rows_kernel<T>, 256);

@@ -200,14 +200,15 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
   //    exchange (fp32 1024x32768: 101 us vs 117 two blocks, 108 block kernel; bf16 2048x65536: 201 vs 226);
   //    everything else two blocks per SM, half a ring each, so one block's reduction and exchange overlap
   //    the other's (bf16 1024x32768 49 us vs 60 one block, 128x262144 62 vs 67).
-  // 0a. Dual-role (sm_90+, aligned, "auto", every output), chunks of <= 128 KB: fp32 rows the pipelined
-  //     kernel would split (at most one round per row), fp32 rows it would hold whole one per SM that fit one
-  //     item (no exchange), and a few very long 16-bit rows. H100 sweeps through the op, dual vs the
-  //     pipelined plan (us): s17 fp32 8x4194304 117 vs 126, 128x262144 113 vs 119, 32x1000000 113 vs 136,
-  //     2048x65536 410 vs 421; s18 (2-3 rounds) fp32 1024x32768 98.3-100.3 vs 101.5-102.7, 1024x24576 72.1-72.4
-  //     vs 77.0-77.2 (4096x32768 389-390 vs 384.5: the one loss, 1.3 %), bf16 8x4194304 62.9-63.6 vs
-  //     64.5-65.5, 4x8388608 63.7-64.1 vs 65.0-65.5. Other 16-bit split rows stay pipelined: there dual lost
-  //     1-4 % (bf16 128x262144 61.7-62.4 vs 60.1-61.0), and 16-bit whole rows too (2048x65536 219 vs 200).
+  // 0a. Dual-role (sm_90+, aligned, "auto", every output), chunks of <= 128 KB: rows the pipelined kernel
+  //     would split (at most one round per row), and fp32 rows it would hold whole one per SM that fit one
+  //     item (no exchange). H100 sweeps through the op, dual vs the pipelined plan (us): s17 fp32 8x4194304
+  //     117 vs 126, 128x262144 113 vs 119, 32x1000000 113 vs 136, 2048x65536 410 vs 421; s18 (2-3 rounds)
+  //     fp32 1024x32768 98.3-100.3 vs 101.5-102.7, 1024x24576 72.1-72.4 vs 77.0-77.2 (4096x32768 389-390 vs
+  //     384.5: the one loss, 1.3 %); 16-bit split rows once the register role kept 8 loads in flight (s18,
+  //     two rounds): bf16 128x262144 55.3-56.0 vs 61.0-61.2, 8x4194304 56.0-56.7 vs 64.0, 256x131072
+  //     56.0-56.7 vs 60.8-61.9, 512x131072 110 vs 118-120, fp16 alike. 16-bit whole rows stay pipelined
+  //     (2048x65536 219 vs 200 with 16 loads in flight), and fp64 rows (its dual kernel spills; not timed).
   if (auto_alg && s.pipe && threads > kSplitThreads) {
     const int chunks_one = pipe_chunks<T>(s, 1);
     const bool few_long_rows = chunks_one > 1 && s.rows * 8 <= s.sms;
@@ -218,9 +219,10 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
       const int64_t item_pieces = ceil_div(dual_chunk_elems<T>(s.len, chunks) * int64_t(sizeof(T)), kPipePieceBytes);
       const bool fits = chunks <= s.sms && item_pieces <= pipe_ring_pieces(s.smem_optin, 1);
       // Both roles get items only from a second round on: a launch of one round is the ring role alone, 4
-      // warps where the pipelined kernel has 8 for 16-bit (s18: bf16 2x4194304 25.4 us vs 20.7).
+      // warps where the pipelined kernel has 8 for 16-bit (s18: bf16 2x4194304 25.4 us vs 20.7; fp32
+      // 1x4194304 22.4 vs 20.5).
       const bool two_rounds = fits && s.rows > s.sms / chunks;
-      const bool split_rows = chunks_one > 1 && chunks > 1 && (sizeof(T) == 4 || few_long_rows);
+      const bool split_rows = chunks_one > 1 && chunks > 1 && sizeof(T) <= 4;  // fp64: not measured (spills)
       const bool one_item_rows = whole_rows_one_per_sm && chunks == 1 && sizeof(T) == 4;
       if (fits && two_rounds && (split_rows || one_item_rows)) {
         plan.kind = RowsKind::Dual;

@@ -19,6 +19,10 @@ constexpr int kRegThreads = 512;   // the register role: 16 warps
 constexpr int kRegVecs = 16;       // 16-byte vectors per register-role thread: items of at most 128 KB
 constexpr int kThreads = kRingThreads + kRegThreads;
 static_assert(int64_t(kRegThreads) * kRegVecs * 16 == kDualMaxItemBytes, "the host's item bound");
+// Loads in flight per register-role thread. 16-bit types: 8 of the 16 (H100 probe s18, plain-read flush:
+// bf16 128x262144 57.6 -> 53.0 us, 8x4194304 58.0 -> 54.3; 4 or 2 were slower than 16); fp32: all 16 (8
+// cost 5-6 %).
+template <typename T> constexpr int kDualLoadsInFlight = sizeof(T) == 2 ? 8 : kRegVecs;
 constexpr int kRingBarrier = 1;   // named barriers: the ring role's, the register role's, and the start
 constexpr int kRegBarrier = 2;
 constexpr int kStartBarrier = 3;
@@ -93,7 +97,10 @@ __device__ __forceinline__ void store_registers(T* y, const uint4 (&raw)[kRegVec
 // t, t + kRegThreads, ... of the item (-inf past its end), folds them against its own max, merges with the
 // role and exchanges the row, then normalizes and stores from registers. Stores are evict-first for every
 // type: with the default policy the fp32 role ran 1.4x slower (probe s16).
-template <typename T>
+// kLoadsInFlight < kRegVecs: vector s is loaded only once vector s - kLoadsInFlight has landed (its address
+// depends on that vector through a select the compiler cannot fold), so at most kLoadsInFlight vectors per
+// thread are in flight (kDualLoadsInFlight).
+template <typename T, int kLoadsInFlight = kRegVecs>
 __device__ __forceinline__ void register_items(const PipeParams<T>& p, int64_t first_item, int64_t step,
                                                OnlineState<acc_t<T>>* scratch) {
   using A = acc_t<T>;
@@ -111,7 +118,11 @@ __device__ __forceinline__ void register_items(const PipeParams<T>& p, int64_t f
 #pragma unroll
     for (int s = 0; s < kRegVecs; ++s) {
       const int v = s * kRegThreads + t;
-      raw[s] = v < nvec ? load16(x + static_cast<int64_t>(v) * kVec) : neg_inf_vector<T>();
+      int64_t offset = static_cast<int64_t>(v) * kVec;
+      if constexpr (kLoadsInFlight < kRegVecs) {
+        if (s >= kLoadsInFlight) offset += p.rows < 0 ? static_cast<int>(raw[s - kLoadsInFlight].x) : 0;
+      }
+      raw[s] = v < nvec ? load16(x + offset) : neg_inf_vector<T>();
     }
     const A m = max_of_vectors<T>(raw);
     const ShiftedExp<A, kFastExp<T>> e(m);
@@ -154,7 +165,7 @@ __device__ __forceinline__ void register_items(const PipeParams<T>& p, int64_t f
 // induction of exchange_row_state holds per role; the roles wait on nothing of each other's except the
 // start barrier, which the ring role passes after folding its first item (every block has one: gridDim.x
 // <= items).
-template <typename T>
+template <typename T, int kLoadsInFlight = kRegVecs>
 __global__ void __launch_bounds__(kThreads, 1) softmax_dual_rows_kernel(const PipeParams<T> p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(128) uint4 ring[];
@@ -167,7 +178,7 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_dual_rows_kernel(const Pi
                         kStartBarrier, kThreads);
   } else {
     asm volatile("bar.sync %0, %1;\n" ::"r"(kStartBarrier), "r"(kThreads) : "memory");
-    register_items<T>(p, blockIdx.x + gridDim.x, step, s_reg);
+    register_items<T, kLoadsInFlight>(p, blockIdx.x + gridDim.x, step, s_reg);
   }
 #endif
 }

@@ -222,10 +222,7 @@ void run_shape(Timer& tm, int64_t rows, int64_t len, int want_chunks, int reps, 
   time_kernel("library dual", dual::softmax_dual_rows_kernel<T, dual::kDualLoadsInFlight<T>>, dual::kThreads);
   // the register role's loads in flight per thread (the library's choice is one of these)
   time_kernel("dual, 16 loads in flight", dual::softmax_dual_rows_kernel<T, 16>, dual::kThreads);
-  time_kernel("dual, 12 loads in flight", dual::softmax_dual_rows_kernel<T, 12>, dual::kThreads);
-  time_kernel("dual, 10 loads in flight", dual::softmax_dual_rows_kernel<T, 10>, dual::kThreads);
   time_kernel("dual, 8 loads in flight", dual::softmax_dual_rows_kernel<T, 8>, dual::kThreads);
-  time_kernel("dual, 6 loads in flight", dual::softmax_dual_rows_kernel<T, 6>, dual::kThreads);
   CK(cudaFree(x));
   CK(cudaFree(y));
   CK(cudaFree(pm));

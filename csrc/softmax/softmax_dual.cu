@@ -9,7 +9,8 @@ namespace flash_attn_ext {
 namespace softmax {
 
 // The instantiation the library launches.
-template <typename T> constexpr auto dual_kernel = dual::softmax_dual_rows_kernel<T, dual::kDualLoadsInFlight<T>>;
+template <typename T>
+constexpr auto dual_kernel = dual::softmax_dual_rows_kernel<T, dual::kDualLoadsInFlight<T>, dual::kDualRingWindow<T>>;
 
 // As the pipelined kernel: the body exists only in sm_90+ code.
 template <typename T> bool dual_supported() { return kernel_binary_version(dual_kernel<T>) >= 90; }

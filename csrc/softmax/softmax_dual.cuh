@@ -19,10 +19,16 @@ constexpr int kRegThreads = 512;   // the register role: 16 warps
 constexpr int kRegVecs = 16;       // 16-byte vectors per register-role thread: items of at most 128 KB
 constexpr int kThreads = kRingThreads + kRegThreads;
 static_assert(int64_t(kRegThreads) * kRegVecs * 16 == kDualMaxItemBytes, "the host's item bound");
-// Loads in flight per register-role thread. 16-bit types: 8 of the 16 (H100 probe s18, plain-read flush:
-// bf16 128x262144 57.6 -> 53.0 us, 8x4194304 58.0 -> 54.3; 4 or 2 were slower than 16); fp32: all 16 (8
-// cost 5-6 %).
-template <typename T> constexpr int kDualLoadsInFlight = sizeof(T) == 2 ? 8 : kRegVecs;
+// How many requests each role keeps queued. Why: a row exchange's L2 round trips wait behind the SM's own
+// outstanding loads (NOTES, "trace s18": 4-12 us after the row's last fold with every load issued at once,
+// against ~2 us on an idle SM), so beyond what keeps DRAM busy, more loads in flight only lengthen the
+// exchanges. Register role: loads in flight per thread; ring role: bulk-copy pieces in flight (0: as many as
+// the ring has free slots). H100 probe s18 (plain-read flush, us, all in flight -> these): bf16 (8, 0)
+// 128x262144 57.4 -> 53.0, 8x4194304 58.3 -> 54.1 (windows of 8-12 pieces: 1-2 % slower); fp32 (14, 5)
+// 128x262144 106.0 -> 100.6, 8x4194304 109.1 -> 103.3, 1024x32768 94.9 -> 94.6 ((12, 4) alike on split
+// rows, 1.3 % slower on whole ones; a window of 8 pieces 5 % slower than none). fp64 not measured.
+template <typename T> constexpr int kDualLoadsInFlight = sizeof(T) == 2 ? 8 : sizeof(T) == 4 ? 14 : kRegVecs;
+template <typename T> constexpr int kDualRingWindow = sizeof(T) == 4 ? 5 : 0;
 constexpr int kRingBarrier = 1;   // named barriers: the ring role's, the register role's, and the start
 constexpr int kRegBarrier = 2;
 constexpr int kStartBarrier = 3;
@@ -165,7 +171,7 @@ __device__ __forceinline__ void register_items(const PipeParams<T>& p, int64_t f
 // induction of exchange_row_state holds per role; the roles wait on nothing of each other's except the
 // start barrier, which the ring role passes after folding its first item (every block has one: gridDim.x
 // <= items).
-template <typename T, int kLoadsInFlight = kRegVecs>
+template <typename T, int kLoadsInFlight = kRegVecs, int kRingWindow = 0>
 __global__ void __launch_bounds__(kThreads, 1) softmax_dual_rows_kernel(const PipeParams<T> p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(128) uint4 ring[];
@@ -174,7 +180,7 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_dual_rows_kernel(const Pi
   pipe::init_ring_barriers(bars, p.ring_pieces);
   const int64_t step = 2 * static_cast<int64_t>(gridDim.x);
   if (threadIdx.x < kRingThreads) {
-    pipe::ring_items<T, true>(p, blockIdx.x, step, RoleTeam{0, kRingThreads, kRingBarrier}, ring, bars, s_ring,
+    pipe::ring_items<T, true, kRingWindow>(p, blockIdx.x, step, RoleTeam{0, kRingThreads, kRingBarrier}, ring, bars, s_ring,
                         kStartBarrier, kThreads);
   } else {
     asm volatile("bar.sync %0, %1;\n" ::"r"(kStartBarrier), "r"(kThreads) : "memory");

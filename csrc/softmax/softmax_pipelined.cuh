@@ -32,13 +32,17 @@ template <typename T> struct Producer {
   int piece;        // next piece of `item`
   int slot;         // ring slot it goes to
   int outstanding;  // pieces issued and not yet released by the consumers
+  int in_flight;    // pieces issued and not yet seen landed (counted with a window only)
 
-  // Issues pieces in order until the ring is full or the block's items are exhausted.
-  __device__ __forceinline__ void fill(const PipeParams<T>& p, int64_t items, uint4* ring, uint64_t* bars) {
+  // Issues pieces in order until the ring is full, the block's items are exhausted or (window > 0) window
+  // pieces are in flight.
+  __device__ __forceinline__ void fill(const PipeParams<T>& p, int64_t items, uint4* ring, uint64_t* bars,
+                                       int window = 0) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     constexpr int kVec = 16 / static_cast<int>(sizeof(T));
     const int piece_vecs = p.piece_elems / kVec;
-    while (outstanding < p.ring_pieces && item < items) {
+    while (outstanding < p.ring_pieces && item < items && (window == 0 || in_flight < window)) {
+      ++in_flight;
       const RowChunk span(item, p.chunks, p.chunk_elems, p.len);
       const int length = static_cast<int>(span.end - span.begin);
       const int first = piece * p.piece_elems;
@@ -141,7 +145,10 @@ __device__ __forceinline__ void store_item(T* y, const uint4* ring, int base, in
 // modulo the ring. With start_barrier > 0 the team arrives once on that named barrier (start_count
 // threads) when its first item is folded: the dual kernel starts its other role there. kEvictFirst: the
 // store pass of every type is evict-first (store_item).
-template <typename T, bool kEvictFirst = false, typename Team>
+// kWindow > 0: at most kWindow pieces in flight; the producer issues the next ones as pieces land (checked
+// at each piece of the walk) instead of filling every free slot at once (the dual kernel's fp32 ring role:
+// kDualRingWindow).
+template <typename T, bool kEvictFirst = false, int kWindow = 0, typename Team>
 __device__ __forceinline__ void ring_items(const PipeParams<T>& p, int64_t first_item, int64_t step, Team team,
                                            uint4* ring, uint64_t* bars, OnlineState<acc_t<T>>* scratch,
                                            int start_barrier = 0, int start_count = 0) {
@@ -153,8 +160,8 @@ __device__ __forceinline__ void ring_items(const PipeParams<T>& p, int64_t first
   const int ring_vecs = p.ring_pieces * piece_vecs;
   const int64_t items = p.rows * p.chunks;
 
-  Producer<T> producer{first_item, step, 0, 0, 0};
-  if (t == 0) producer.fill(p, items, ring, bars);
+  Producer<T> producer{first_item, step, 0, 0, 0, 0};
+  if (t == 0) producer.fill(p, items, ring, bars, kWindow);
 
   // Consumer cursor (every thread): ring slot of the current item's first piece and that slot's phase.
   int slot = 0;
@@ -170,6 +177,12 @@ __device__ __forceinline__ void ring_items(const PipeParams<T>& p, int64_t first
     for (int k = 0; k < pieces; ++k) {
       mbarrier_wait(bars + slot, phase);
       if (k == 0) FAE_PHASE_STAMP(t, 0, (item - first_item) / step, 0);
+      if constexpr (kWindow > 0) {
+        if (t == 0) {
+          --producer.in_flight;
+          producer.fill(p, items, ring, bars, kWindow);
+        }
+      }
       const uint4* piece = ring + slot * piece_vecs;
       const int n = min(piece_vecs, nvec - k * piece_vecs);
       for (int j = t; j < n; j += kPipeGroup * nt) fold_group<T>(state, piece, j, nt, n);
@@ -207,7 +220,7 @@ __device__ __forceinline__ void ring_items(const PipeParams<T>& p, int64_t first
     if (t == 0) {
       producer.outstanding -= pieces;
       fence_async_proxy();  // this team's reads of the slots before the bulk copies refill them
-      producer.fill(p, items, ring, bars);
+      producer.fill(p, items, ring, bars, kWindow);
     }
   }
 }

@@ -225,20 +225,16 @@ void run_shape(Timer& tm, int64_t rows, int64_t len, int want_chunks, int reps, 
   // the register role's loads in flight per thread and the ring's window of pieces in flight
   if constexpr (sizeof(T) == 4) {
     time_kernel("dual 16 loads, window 0", dual::softmax_dual_rows_kernel<T, 16, 0>, dual::kThreads);
-    time_kernel("dual 12 loads, window 4", dual::softmax_dual_rows_kernel<T, 12, 4>, dual::kThreads);
-    time_kernel("dual 12 loads, window 5", dual::softmax_dual_rows_kernel<T, 12, 5>, dual::kThreads);
-    time_kernel("dual 12 loads, window 6", dual::softmax_dual_rows_kernel<T, 12, 6>, dual::kThreads);
-    time_kernel("dual 12 loads, window 8", dual::softmax_dual_rows_kernel<T, 12, 8>, dual::kThreads);
-    time_kernel("dual 10 loads, window 5", dual::softmax_dual_rows_kernel<T, 10, 5>, dual::kThreads);
-    time_kernel("dual 14 loads, window 5", dual::softmax_dual_rows_kernel<T, 14, 5>, dual::kThreads);
-    time_kernel("dual 12 loads, window 0", dual::softmax_dual_rows_kernel<T, 12, 0>, dual::kThreads);
+    time_kernel("dual 14 loads, window 4", dual::softmax_dual_rows_kernel<T, 14, 4>, dual::kThreads);
+    time_kernel("dual 16 loads, window 5", dual::softmax_dual_rows_kernel<T, 16, 5>, dual::kThreads);
+    time_kernel("dual 14 loads, window 6", dual::softmax_dual_rows_kernel<T, 14, 6>, dual::kThreads);
   } else {
-    time_kernel("dual 8 loads, window 0", dual::softmax_dual_rows_kernel<T, 8, 0>, dual::kThreads);
-    time_kernel("dual 8 loads, window 10", dual::softmax_dual_rows_kernel<T, 8, 10>, dual::kThreads);
-    time_kernel("dual 8 loads, window 12", dual::softmax_dual_rows_kernel<T, 8, 12>, dual::kThreads);
-    time_kernel("dual 6 loads, window 8", dual::softmax_dual_rows_kernel<T, 6, 8>, dual::kThreads);
-    time_kernel("dual 10 loads, window 8", dual::softmax_dual_rows_kernel<T, 10, 8>, dual::kThreads);
     time_kernel("dual 16 loads, window 0", dual::softmax_dual_rows_kernel<T, 16, 0>, dual::kThreads);
+    time_kernel("dual 8 loads, window 3", dual::softmax_dual_rows_kernel<T, 8, 3>, dual::kThreads);
+    time_kernel("dual 8 loads, window 4", dual::softmax_dual_rows_kernel<T, 8, 4>, dual::kThreads);
+    time_kernel("dual 8 loads, window 6", dual::softmax_dual_rows_kernel<T, 8, 6>, dual::kThreads);
+    time_kernel("dual 10 loads, window 4", dual::softmax_dual_rows_kernel<T, 10, 4>, dual::kThreads);
+    time_kernel("dual 12 loads, window 4", dual::softmax_dual_rows_kernel<T, 12, 4>, dual::kThreads);
   }
   CK(cudaFree(x));
   CK(cudaFree(y));

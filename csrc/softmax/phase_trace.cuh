@@ -1,6 +1,6 @@
 #pragma once
 // Phase timestamps of the ring-walk and register roles (softmax_pipelined.cuh, softmax_dual.cuh), for the
-// dual-role probe only (scripts/dualrole_probe, PROBE_TRACE=1): compiled in with FAE_SOFTMAX_PHASE_TRACE,
+// dual-role probe only (scripts/dualrole_probe, PROBE_TRACE=<dir>): compiled in with FAE_SOFTMAX_PHASE_TRACE,
 // empty in the library's build. Why: to see where a round's time goes (fold, exchange, store) per SM and
 // role, and whether both roles of an SM ever wait at once.
 #include <cstdint>
@@ -26,8 +26,8 @@ __device__ __forceinline__ void phase_stamp(int role, int64_t ordinal, int stamp
 }
 }  // namespace softmax
 }  // namespace flash_attn_ext
-#define FAE_PHASE_STAMP(rank, role, ordinal, stamp) \
-  do {                                              \
+#define FAE_PHASE_STAMP(rank, role, ordinal, stamp)   \
+  do {                                                \
     if ((rank) == 0) phase_stamp(role, ordinal, stamp); \
   } while (0)
 #else

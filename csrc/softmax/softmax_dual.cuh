@@ -180,8 +180,8 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_dual_rows_kernel(const Pi
   pipe::init_ring_barriers(bars, p.ring_pieces);
   const int64_t step = 2 * static_cast<int64_t>(gridDim.x);
   if (threadIdx.x < kRingThreads) {
-    pipe::ring_items<T, true, kRingWindow>(p, blockIdx.x, step, RoleTeam{0, kRingThreads, kRingBarrier}, ring, bars, s_ring,
-                        kStartBarrier, kThreads);
+    pipe::ring_items<T, true, kRingWindow>(p, blockIdx.x, step, RoleTeam{0, kRingThreads, kRingBarrier}, ring,
+                                           bars, s_ring, kStartBarrier, kThreads);
   } else {
     asm volatile("bar.sync %0, %1;\n" ::"r"(kStartBarrier), "r"(kThreads) : "memory");
     register_items<T, kLoadsInFlight>(p, blockIdx.x + gridDim.x, step, s_reg);

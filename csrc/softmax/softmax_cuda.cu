@@ -221,7 +221,7 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
       // Both roles get items only from a second round on: a launch of one round is the ring role alone, 4
       // warps where the pipelined kernel has 8 for 16-bit (s18: bf16 2x4194304 25.4 us vs 20.7; fp32
       // 1x4194304 22.4 vs 20.5).
-      const bool two_rounds = fits && s.rows > s.sms / chunks;
+      const bool two_rounds = s.rows > s.sms / chunks;
       const bool split_rows = chunks_one > 1 && chunks > 1 && sizeof(T) <= 4;  // fp64: not measured (spills)
       const bool one_item_rows = whole_rows_one_per_sm && chunks == 1 && sizeof(T) == 4;
       if (fits && two_rounds && (split_rows || one_item_rows)) {

@@ -8,19 +8,15 @@
 namespace flash_attn_ext {
 namespace softmax {
 
-// The instantiation the library launches.
-template <typename T>
-constexpr auto dual_kernel = dual::softmax_dual_rows_kernel<T, dual::kDualLoadsInFlight<T>, dual::kDualRingWindow<T>>;
-
 // As the pipelined kernel: the body exists only in sm_90+ code.
-template <typename T> bool dual_supported() { return kernel_binary_version(dual_kernel<T>) >= 90; }
+template <typename T> bool dual_supported() { return kernel_binary_version(dual::library_kernel<T>) >= 90; }
 
 template <typename T> int dual_blocks_per_sm(size_t smem_bytes) {
-  return resident_blocks_per_sm(dual_kernel<T>, dual::kThreads, smem_bytes);
+  return resident_blocks_per_sm(dual::library_kernel<T>, dual::kThreads, smem_bytes);
 }
 
 template <typename T> void launch_dual_rows(const PipeParams<T>& p, int grid, cudaStream_t stream) {
-  auto kernel = dual_kernel<T>;
+  auto kernel = dual::library_kernel<T>;
   const size_t smem = pipe_smem_bytes(p);
   allow_dynamic_smem(kernel, smem);
   if (p.chunks == 1) {

@@ -189,6 +189,10 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_dual_rows_kernel(const Pi
 #endif
 }
 
+// The instantiation the library launches (softmax_dual.cu; the probe times it too).
+template <typename T>
+constexpr auto library_kernel = softmax_dual_rows_kernel<T, kDualLoadsInFlight<T>, kDualRingWindow<T>>;
+
 }  // namespace dual
 }  // namespace softmax
 }  // namespace flash_attn_ext

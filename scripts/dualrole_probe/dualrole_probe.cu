@@ -201,27 +201,21 @@ void run_shape(Timer& tm, int64_t rows, int64_t len, int want_chunks, int reps, 
   auto time_kernel = [&](const char* name, void (*k)(const PipeParams<T>), int threads) {
     CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     CK(cudaMemset(y, 0xff, bytes));
-    report(name, tm.median(
-                     [&] {
-                       CK(cudaMemsetAsync(counters, 0, rows * sizeof(int)));
-                       void* args[] = {&pp};
-                       CK(cudaLaunchCooperativeKernel((void*)k, grid, threads, args, smem, 0));
-                     },
-                     reps));
-    check(name);
-#ifdef FAE_SOFTMAX_PHASE_TRACE
-    if (const char* dir = std::getenv("PROBE_TRACE")) trace_kernel(dir, name, [&] {
+    auto launch = [&] {
       CK(cudaMemsetAsync(counters, 0, rows * sizeof(int)));
       void* args[] = {&pp};
       CK(cudaLaunchCooperativeKernel((void*)k, grid, threads, args, smem, 0));
-    }, tm, grid, sizeof(T) == 2 ? "bf16" : "fp32", rows, len);
+    };
+    report(name, tm.median(launch, reps));
+    check(name);
+#ifdef FAE_SOFTMAX_PHASE_TRACE
+    if (const char* dir = std::getenv("PROBE_TRACE"))
+      trace_kernel(dir, name, launch, tm, grid, sizeof(T) == 2 ? "bf16" : "fp32", rows, len);
 #endif
   };
   time_kernel("library pipelined, 128 threads", pipe::softmax_pipelined_rows_kernel<T>, 128);
   time_kernel("library pipelined, 256 threads", pipe::softmax_pipelined_rows_kernel<T>, 256);
-  time_kernel("library dual", dual::softmax_dual_rows_kernel<T, dual::kDualLoadsInFlight<T>, dual::kDualRingWindow<T>>,
-              dual::kThreads);
-  // the register role's loads in flight per thread (the library's choice is one of these)
+  time_kernel("library dual", dual::library_kernel<T>, dual::kThreads);
   // the register role's loads in flight per thread and the ring's window of pieces in flight
   if constexpr (sizeof(T) == 4) {
     time_kernel("dual 16 loads, window 0", dual::softmax_dual_rows_kernel<T, 16, 0>, dual::kThreads);

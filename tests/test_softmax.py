@@ -150,10 +150,11 @@ def test_longer_than_2_pow_24(device, algorithm, pattern, layout):
 # --- special values: parity with torch in the same dtype ---------------------------------------------------
 
 def special_rows(length, dtype, device):
-    """(12, length) rows: plain, all -inf, +inf, NaN, scattered -inf, ... at positions across the row so that
-    they land in different lanes / chunks / blocks of the kernels."""
+    """(13, length) rows: plain, all -inf, +inf, NaN, scattered -inf, all NaN, ... at positions across the row so
+    that they land in different lanes / chunks / blocks of the kernels. (All NaN: every chunk of a split row
+    has a NaN max, which the exchange's flagged words must still tell from an unpublished partial.)"""
     inf, nan = math.inf, math.nan
-    x = torch.randn(12, length, dtype=torch.float64) * 3
+    x = torch.randn(13, length, dtype=torch.float64) * 3
     mid, last = length // 2, length - 1
     x[1] = -inf                                    # all -inf
     x[2, mid] = inf                                # one +inf
@@ -170,6 +171,7 @@ def special_rows(length, dtype, device):
     x[10] = -inf
     x[10, mid] = 1.5                               # a single finite element
     x[11] = 2.0                                    # all equal
+    x[12] = nan                                    # all NaN
     return x.to(device=device, dtype=dtype)
 
 
@@ -411,7 +413,7 @@ for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.float64):
         for op, ref, base in ops:
             t.poison("cuda", 2 * x.numel() * x.element_size())
             t.check_against_reference(op(x, -1), ref(x, -1), base(x, -1), dtype, op.__name__ + str(shape))
-    # special values (NaN, +-inf rows) in 48 rows: enough items for a second round of a split configuration
+    # special values (NaN, +-inf rows) in 52 rows: enough items for a second round of a split configuration
     x = t.special_rows(40_000, dtype, "cuda").repeat(4, 1)
     for op, ref, base in ops:
         t.assert_special_match(op(x, -1), base(x, -1), ref(x, -1), op.__name__ + " special values")
@@ -426,7 +428,7 @@ print("checked")
 def test_forced_configs_cuda(config):
     # FAE_SOFTMAX_CONFIG (the tuning hook) is read once per process: each configuration runs in a child that
     # checks every op, on short and long rows split into the configuration's chunks (or whole rows); with
-    # chunks=5 the dual kernel's 200-row and 48-row inputs take several rounds, so both of its roles run.
+    # chunks=5 the dual kernel's 200-row and 52-row inputs take several rounds, so both of its roles run.
     if config.startswith(("kind=pipe", "kind=dual")) and torch.cuda.get_device_capability() < (9, 0):
         pytest.skip("the pipelined and dual kernels need sm_90")
     child = run_in_fresh_python(FORCED_CONFIG_CHECK, timeout=None, FAE_SOFTMAX_CONFIG=config)

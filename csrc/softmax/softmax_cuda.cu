@@ -38,22 +38,22 @@ template <typename T> at::Tensor partials_workspace(const at::Tensor& x, int64_t
 }
 
 // Workspace of a split-row launch (split, pipelined, dual kernels): the partial (m, d) of every item in the
-// accumulator type, then one counter per row (128-byte aligned), zeroed by a memset on the launch stream.
-// Why a memset: at::zeros launched a fill kernel, ~2 us more per call than cudaMemsetAsync on the H100
-// (s17: fp32 8x4194304 116.3 vs 114.4 us, same kernel).
+// accumulator type, then one counter per row (128-byte aligned), all filled with 0xff bytes by one memset on
+// the launch stream (split_exchange.cuh: unpublished partials, counters at -1). Why a memset: at::zeros
+// launched a fill kernel, ~2 us more per call than cudaMemsetAsync on the H100 (s17: fp32 8x4194304 116.3
+// vs 114.4 us, same kernel).
 template <typename T> struct SplitWorkspace {
   at::Tensor buffer;
-  acc_t<T>* part_m;
-  acc_t<T>* part_d;
+  acc_t<T>* partials;
   int* counters;
   SplitWorkspace(const at::Tensor& x, int64_t rows, int64_t items, cudaStream_t stream) {
     const int64_t part_bytes = round_up(2 * items * static_cast<int64_t>(sizeof(acc_t<T>)), 128);
-    buffer = at::empty({part_bytes + rows * static_cast<int64_t>(sizeof(int))}, x.options().dtype(at::kByte));
+    const int64_t bytes = part_bytes + rows * static_cast<int64_t>(sizeof(int));
+    buffer = at::empty({bytes}, x.options().dtype(at::kByte));
     char* base = static_cast<char*>(buffer.data_ptr());
-    part_m = reinterpret_cast<acc_t<T>*>(base);
-    part_d = part_m + items;
+    partials = reinterpret_cast<acc_t<T>*>(base);
     counters = reinterpret_cast<int*>(base + part_bytes);
-    FAE_CUDA_CHECK(cudaMemsetAsync(counters, 0, rows * sizeof(int), stream));
+    FAE_CUDA_CHECK(cudaMemsetAsync(base, 0xff, static_cast<size_t>(bytes), stream));
   }
 };
 
@@ -65,8 +65,7 @@ std::optional<SplitWorkspace<T>> split_workspace(Params& params, const at::Tenso
   std::optional<SplitWorkspace<T>> work;
   if (chunks > 1) {
     work.emplace(x, rows, rows * chunks, stream);
-    params.part_m = work->part_m;
-    params.part_d = work->part_d;
+    params.partials = work->partials;
     params.counters = work->counters;
   }
   return work;
@@ -330,7 +329,7 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
   const auto capped_grid = [&](int64_t items) {
     return plan.bpsm > 0 ? grid_for(std::min<int64_t>(items, int64_t(plan.bpsm) * s.sms)) : grid_for(items);
   };
-  RowsParams<T> rp{x, y, s.rows, s.len, online_on_chip, p.output, 0, 1, 0, nullptr, nullptr, nullptr};
+  RowsParams<T> rp{x, y, s.rows, s.len, online_on_chip, p.output, 0, 1, 0, nullptr, nullptr};
   if (plan.vpt == kVptSmall) plan.vpt = Traits::kSmallVpt;
   if (plan.vpt == kVptLarge) plan.vpt = Traits::kMaxVpt;
 
@@ -402,7 +401,7 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
     if (plan.chunks == 0) plan.chunks = pipe_chunks<T>(s, blocks_per_sm);
     if (plan.chunks <= 0) fail("rows too long for the ring at any chunk count");
     PipeParams<T> pp{x, y, s.rows, s.len, 0, 0, kPipePieceBytes / static_cast<int>(sizeof(T)),
-                     pipe_ring_pieces(s.smem_optin, blocks_per_sm), p.output, nullptr, nullptr, nullptr};
+                     pipe_ring_pieces(s.smem_optin, blocks_per_sm), p.output, nullptr, nullptr};
     if (pp.ring_pieces < 2) fail("bpsm leaves a ring of fewer than 2 pieces");
     pp.chunk_elems = pipe_chunk_elems<T>(s.len, plan.chunks, pp.ring_pieces);
     pp.chunks = static_cast<int>(ceil_div(s.len, pp.chunk_elems));  // rounding may leave fewer chunks
@@ -423,7 +422,7 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
     if (plan.chunks == 0) plan.chunks = static_cast<int>(std::min<int64_t>(dual_chunks<T>(s.len), 1 << 30));
     if (plan.chunks < 1) fail("chunks must be >= 1");
     PipeParams<T> pp{x, y, s.rows, s.len, 0, 0, kPipePieceBytes / static_cast<int>(sizeof(T)),
-                     pipe_ring_pieces(s.smem_optin, 1), p.output, nullptr, nullptr, nullptr};
+                     pipe_ring_pieces(s.smem_optin, 1), p.output, nullptr, nullptr};
     pp.chunk_elems = dual_chunk_elems<T>(s.len, plan.chunks);
     if (pp.chunk_elems * static_cast<int64_t>(sizeof(T)) > kDualMaxItemBytes) fail("chunks of more than 128 KB");
     pp.chunks = static_cast<int>(ceil_div(s.len, pp.chunk_elems));  // rounding may leave fewer chunks

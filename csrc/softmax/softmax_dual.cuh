@@ -26,8 +26,11 @@ static_assert(int64_t(kRegThreads) * kRegVecs * 16 == kDualMaxItemBytes, "the ho
 // the ring has free slots). H100 probe s18 (plain-read flush, us, all in flight -> these): bf16 (8, 0)
 // 128x262144 57.4 -> 53.0, 8x4194304 58.3 -> 54.1 (windows of 8-12 pieces: 1-2 % slower); fp32 (14, 5)
 // 128x262144 106.0 -> 100.6, 8x4194304 109.1 -> 103.3, 1024x32768 94.9 -> 94.6 ((12, 4) alike on split
-// rows, 1.3 % slower on whole ones; a window of 8 pieces 5 % slower than none). fp64 not measured.
-template <typename T> constexpr int kDualLoadsInFlight = sizeof(T) == 2 ? 8 : sizeof(T) == 4 ? 14 : kRegVecs;
+// rows, 1.3 % slower on whole ones; a window of 8 pieces 5 % slower than none). With the word exchange
+// (s20 probe, us): fp32 (12, 5) 8x4194304 98.7 against (14, 5) 101.7, 128x262144 97.1 against 99.9, whole
+// rows 1024x32768 95.1 against 94.7 (10 loads: 2-6 % slower); bf16 (8, 0) stays best (6 loads 1-2 %
+// slower, any ring window 2-7 % slower). fp64 not measured.
+template <typename T> constexpr int kDualLoadsInFlight = sizeof(T) == 2 ? 8 : sizeof(T) == 4 ? 12 : kRegVecs;
 template <typename T> constexpr int kDualRingWindow = sizeof(T) == 4 ? 5 : 0;
 constexpr int kRingBarrier = 1;   // named barriers: the ring role's, the register role's, and the start
 constexpr int kRegBarrier = 2;
@@ -144,7 +147,7 @@ __device__ __forceinline__ void register_items(const PipeParams<T>& p, int64_t f
     OnlineState<A> row_state = block_allreduce(OnlineState<A>{m, d}, MergeOp{}, empty_state<A>(), scratch, team);
     if (p.chunks > 1) {
       row_state =
-          exchange_row_state(p.part_m, p.part_d, p.counters, p.chunks, span.row, item, row_state, scratch, team);
+          exchange_row_state(p.partials, p.counters, p.chunks, span.row, item, row_state, scratch, team);
     }
     FAE_PHASE_STAMP(t, 1, (item - first_item) / step, 2);
     if (p.output == SoftmaxOutput::LogSumExp) {

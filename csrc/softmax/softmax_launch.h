@@ -51,9 +51,8 @@ template <typename T> struct RowsParams {
   int lanes_log2;          // warp kernel: log2 of the lanes per row, in [0, 5]
   int chunks;              // block kernel: blocks per row (1: block-per-row; > 1: split-row)
   int smem_vecs;           // block kernel, aligned rows: 16-byte vectors per thread kept in shared memory
-  acc_t<T>* part_m;        // split-row: per-(row, chunk) partial max ...
-  acc_t<T>* part_d;        // ... and partial sum, both indexed by item = row * chunks + chunk
-  int* counters;           // split-row: per-row count of published chunks, zeroed before the launch
+  acc_t<T>* partials;      // split-row: (m, d) of item = row * chunks + chunk at [2 item, 2 item + 1] ...
+  int* counters;           // ... and per row a count of published chunks (split_exchange.cuh: all 0xff first)
 };
 
 // Rows (inner == 1), pipelined kernel (sm_90): items are (row, chunk) pairs, whole rows when chunks == 1.
@@ -73,9 +72,8 @@ template <typename T> struct PipeParams {
   int piece_elems;         // multiple of the vector
   int ring_pieces;         // <= kPipeMaxPieces, >= pieces of one item + 1
   SoftmaxOutput output;
-  acc_t<T>* part_m;        // chunks > 1: per-item partial max ...
-  acc_t<T>* part_d;        // ... and partial sum
-  int* counters;           // chunks > 1: per-row count of published chunks, zeroed before the launch
+  acc_t<T>* partials;      // chunks > 1: per-item (m, d) at [2 item, 2 item + 1] ...
+  int* counters;           // ... and per row a count of published chunks (split_exchange.cuh: all 0xff first)
 };
 
 // Rows that do not fit on chip: separate passes over global memory. Items are (row, chunk) pairs.

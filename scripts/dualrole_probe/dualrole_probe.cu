@@ -155,13 +155,12 @@ void run_shape(Timer& tm, int64_t rows, int64_t len, int want_chunks, int reps, 
   const int64_t n = rows * len;
   const size_t bytes = n * sizeof(T);
   T *x, *y;
-  A *pm, *pd;
-  int* counters;
+  char* work;  // the library's split workspace: 2 partials per item, then a counter per row
   CK(cudaMalloc(&x, bytes));
   CK(cudaMalloc(&y, bytes));
-  CK(cudaMalloc(&pm, rows * chunks * sizeof(A)));
-  CK(cudaMalloc(&pd, rows * chunks * sizeof(A)));
-  CK(cudaMalloc(&counters, rows * sizeof(int)));
+  const size_t part_bytes = 2 * rows * chunks * sizeof(A);
+  const size_t work_bytes = part_bytes + rows * sizeof(int);
+  CK(cudaMalloc(&work, work_bytes));
   std::vector<T> hx(n);
   srand(7);
   for (auto& v : hx) v = T(float(rand()) / RAND_MAX * 8.f - 4.f);
@@ -194,15 +193,15 @@ void run_shape(Timer& tm, int64_t rows, int64_t len, int want_chunks, int reps, 
               (long long)rows, (long long)len, chunks, (long long)chunk_elems, grid, (long long)(rows * chunks));
   report("copy cudaMemcpyAsync", tm.median([&] { CK(cudaMemcpyAsync(y, x, bytes, cudaMemcpyDeviceToDevice)); }, reps));
 
-  // A library kernel on this chunking: output poisoned, counters zeroed inside every timed call, checked.
+  // A library kernel on this chunking: output poisoned, workspace filled with 0xff inside every timed call, checked.
   PipeParams<T> pp{x, y, rows, len, chunk_elems, chunks, 16 / int(sizeof(T)) * 1024, kRing, SoftmaxOutput::Softmax,
-                   pm, pd, counters};
+                   reinterpret_cast<A*>(work), reinterpret_cast<int*>(work + part_bytes)};
   const size_t smem = size_t(kRing) * 16384;
   auto time_kernel = [&](const char* name, void (*k)(const PipeParams<T>), int threads) {
     CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     CK(cudaMemset(y, 0xff, bytes));
     auto launch = [&] {
-      CK(cudaMemsetAsync(counters, 0, rows * sizeof(int)));
+      CK(cudaMemsetAsync(work, 0xff, work_bytes));
       void* args[] = {&pp};
       CK(cudaLaunchCooperativeKernel((void*)k, grid, threads, args, smem, 0));
     };
@@ -218,23 +217,22 @@ void run_shape(Timer& tm, int64_t rows, int64_t len, int want_chunks, int reps, 
   time_kernel("library dual", dual::library_kernel<T>, dual::kThreads);
   // the register role's loads in flight per thread and the ring's window of pieces in flight
   if constexpr (sizeof(T) == 4) {
-    time_kernel("dual 16 loads, window 0", dual::softmax_dual_rows_kernel<T, 16, 0>, dual::kThreads);
-    time_kernel("dual 14 loads, window 4", dual::softmax_dual_rows_kernel<T, 14, 4>, dual::kThreads);
-    time_kernel("dual 16 loads, window 5", dual::softmax_dual_rows_kernel<T, 16, 5>, dual::kThreads);
-    time_kernel("dual 14 loads, window 6", dual::softmax_dual_rows_kernel<T, 14, 6>, dual::kThreads);
-  } else {
-    time_kernel("dual 16 loads, window 0", dual::softmax_dual_rows_kernel<T, 16, 0>, dual::kThreads);
-    time_kernel("dual 8 loads, window 3", dual::softmax_dual_rows_kernel<T, 8, 3>, dual::kThreads);
-    time_kernel("dual 8 loads, window 4", dual::softmax_dual_rows_kernel<T, 8, 4>, dual::kThreads);
-    time_kernel("dual 8 loads, window 6", dual::softmax_dual_rows_kernel<T, 8, 6>, dual::kThreads);
-    time_kernel("dual 10 loads, window 4", dual::softmax_dual_rows_kernel<T, 10, 4>, dual::kThreads);
+    time_kernel("dual 12 loads, window 5", dual::softmax_dual_rows_kernel<T, 12, 5>, dual::kThreads);
+    time_kernel("dual 12 loads, window 0", dual::softmax_dual_rows_kernel<T, 12, 0>, dual::kThreads);
     time_kernel("dual 12 loads, window 4", dual::softmax_dual_rows_kernel<T, 12, 4>, dual::kThreads);
+    time_kernel("dual 12 loads, window 6", dual::softmax_dual_rows_kernel<T, 12, 6>, dual::kThreads);
+    time_kernel("dual 10 loads, window 5", dual::softmax_dual_rows_kernel<T, 10, 5>, dual::kThreads);
+    time_kernel("dual 10 loads, window 0", dual::softmax_dual_rows_kernel<T, 10, 0>, dual::kThreads);
+  } else {
+    time_kernel("dual 6 loads, window 0", dual::softmax_dual_rows_kernel<T, 6, 0>, dual::kThreads);
+    time_kernel("dual 6 loads, window 2", dual::softmax_dual_rows_kernel<T, 6, 2>, dual::kThreads);
+    time_kernel("dual 6 loads, window 4", dual::softmax_dual_rows_kernel<T, 6, 4>, dual::kThreads);
+    time_kernel("dual 4 loads, window 0", dual::softmax_dual_rows_kernel<T, 4, 0>, dual::kThreads);
+    time_kernel("dual 8 loads, window 2", dual::softmax_dual_rows_kernel<T, 8, 2>, dual::kThreads);
   }
   CK(cudaFree(x));
   CK(cudaFree(y));
-  CK(cudaFree(pm));
-  CK(cudaFree(pd));
-  CK(cudaFree(counters));
+  CK(cudaFree(work));
 }
 
 int main(int argc, char** argv) {

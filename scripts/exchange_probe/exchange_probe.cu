@@ -4,8 +4,8 @@
 // (cooperative launch), `rounds` exchanges back to back, each on fresh counters / slots. Reported latency: a
 // block's done time minus the round's last publish (globaltimer, 0.256 us steps on the H100).
 // Variants:
-//   0 the library's exchange_row_state (split_exchange.cuh): partials by st.cg, counter red.release, spin
-//     ld.acquire with nanosleep, partials by ld.cg
+//   0 the library's exchange_row_state (split_exchange.cuh; in s14: partials by st.cg, counter red.release,
+//     spin ld.acquire with nanosleep, partials by ld.cg; since s20: variant 1's words with a relaxed counter)
 //   1 self-flagged 64-bit partials (m, d packed) in a slot set filled with all-ones; every thread polls its
 //     slots with ld.relaxed until written: one round trip after the last publish
 //   2 as 1 but warp 0 alone polls (lanes over the slots) and broadcasts through shared memory
@@ -41,11 +41,10 @@ struct Args {
   int split;                   // blocks >= grid / 2 only stream K pieces at a time until `stop`; the rest exchange
   int* stop;
   unsigned long long* streamed;  // pieces streamed per block
-  float* part_m;
-  float* part_d;
   unsigned long long* slots;   // rounds * grid, all-ones
   unsigned long long* result;  // rounds, all-ones
   int* counters;               // rounds, zero
+  int* lib_counters;           // rounds, all-ones (variant 0: the library starts its counters at -1)
   const char* src;
   size_t src_bytes;
   unsigned long long* t_pub;
@@ -133,7 +132,7 @@ __global__ void __launch_bounds__(128, 1) probe(Args a) {
     if (t == pub) a.t_pub[base + b] = gtime();
     State row = empty_state<float>();
     if (a.variant == 0) {
-      row = exchange_row_state(a.part_m, a.part_d, a.counters, G, r, base + b, mine, scratch);
+      row = exchange_row_state(reinterpret_cast<float*>(a.slots), a.lib_counters, G, r, base + b, mine, scratch);
     } else if (a.variant == 1 || a.variant == 2) {
       if (t == pub) st_relaxed64(a.slots + base + b, pack(mine));
       if (a.variant == 1) {
@@ -187,11 +186,10 @@ int main() {
   CK(cudaMemset(src, 1, src_bytes));
   a.src = src;
   a.src_bytes = src_bytes;
-  CK(cudaMalloc(&a.part_m, sizeof(float) * maxR * G));
-  CK(cudaMalloc(&a.part_d, sizeof(float) * maxR * G));
   CK(cudaMalloc(&a.slots, sizeof(unsigned long long) * maxR * G));
   CK(cudaMalloc(&a.result, sizeof(unsigned long long) * maxR));
   CK(cudaMalloc(&a.counters, sizeof(int) * maxR));
+  CK(cudaMalloc(&a.lib_counters, sizeof(int) * maxR));
   CK(cudaMalloc(&a.t_pub, sizeof(unsigned long long) * maxR * G));
   CK(cudaMalloc(&a.t_done, sizeof(unsigned long long) * maxR * G));
   CK(cudaMalloc(&a.out, sizeof(float) * G));
@@ -223,6 +221,7 @@ int main() {
       CK(cudaMemset(a.slots, 0xff, sizeof(unsigned long long) * maxR * G));
       CK(cudaMemset(a.result, 0xff, sizeof(unsigned long long) * maxR));
       CK(cudaMemset(a.counters, 0, sizeof(int) * maxR));
+      CK(cudaMemset(a.lib_counters, 0xff, sizeof(int) * maxR));
       void* params[] = {&a};
       CK(cudaEventRecord(e0));
       CK(cudaLaunchCooperativeKernel((void*)probe, dim3(G), dim3(128), params, smem, 0));

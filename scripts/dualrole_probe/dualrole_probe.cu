@@ -147,7 +147,7 @@ void run_shape(Timer& tm, int64_t rows, int64_t len, int want_chunks, int reps, 
   const int chunks = want_chunks > 0 ? want_chunks : static_cast<int>((len + cap - 1) / cap);
   const int64_t align = 128 / sizeof(T);
   const int64_t chunk_elems = ((len + chunks - 1) / chunks + align - 1) / align * align;
-  if (chunk_elems > cap || (chunks - 1) * chunk_elems >= len || len % kVec != 0) {
+  if (chunk_elems > cap || (chunks - 1) * chunk_elems >= len || len % kVec != 0 || chunks > sms) {
     std::printf("skip %lldx%lld with %d chunks\n", (long long)rows, (long long)len, chunks);
     return;
   }
@@ -217,18 +217,12 @@ void run_shape(Timer& tm, int64_t rows, int64_t len, int want_chunks, int reps, 
   time_kernel("library dual", dual::library_kernel<T>, dual::kThreads);
   // the register role's loads in flight per thread and the ring's window of pieces in flight
   if constexpr (sizeof(T) == 4) {
-    time_kernel("dual 12 loads, window 5", dual::softmax_dual_rows_kernel<T, 12, 5>, dual::kThreads);
-    time_kernel("dual 12 loads, window 0", dual::softmax_dual_rows_kernel<T, 12, 0>, dual::kThreads);
-    time_kernel("dual 12 loads, window 4", dual::softmax_dual_rows_kernel<T, 12, 4>, dual::kThreads);
-    time_kernel("dual 12 loads, window 6", dual::softmax_dual_rows_kernel<T, 12, 6>, dual::kThreads);
-    time_kernel("dual 10 loads, window 5", dual::softmax_dual_rows_kernel<T, 10, 5>, dual::kThreads);
-    time_kernel("dual 10 loads, window 0", dual::softmax_dual_rows_kernel<T, 10, 0>, dual::kThreads);
+    time_kernel("dual 16 loads, window 5", dual::softmax_dual_rows_kernel<T, 16, 5>, dual::kThreads);
+    time_kernel("dual 8 loads, window 5", dual::softmax_dual_rows_kernel<T, 8, 5>, dual::kThreads);
   } else {
+    time_kernel("dual 16 loads, window 0", dual::softmax_dual_rows_kernel<T, 16, 0>, dual::kThreads);
     time_kernel("dual 6 loads, window 0", dual::softmax_dual_rows_kernel<T, 6, 0>, dual::kThreads);
-    time_kernel("dual 6 loads, window 2", dual::softmax_dual_rows_kernel<T, 6, 2>, dual::kThreads);
-    time_kernel("dual 6 loads, window 4", dual::softmax_dual_rows_kernel<T, 6, 4>, dual::kThreads);
     time_kernel("dual 4 loads, window 0", dual::softmax_dual_rows_kernel<T, 4, 0>, dual::kThreads);
-    time_kernel("dual 8 loads, window 2", dual::softmax_dual_rows_kernel<T, 8, 2>, dual::kThreads);
   }
   CK(cudaFree(x));
   CK(cudaFree(y));

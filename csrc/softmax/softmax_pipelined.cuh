@@ -32,7 +32,8 @@ template <typename T> struct Producer {
   int piece;        // next piece of `item`
   int slot;         // ring slot it goes to
   int outstanding;  // pieces issued and not yet released by the consumers
-  int in_flight;    // pieces issued and not yet seen landed (counted with a window only)
+  int in_flight;    // pieces issued and not yet seen landed: counted on every issue, decremented and checked
+                    // only with a window (fill ignores it when window == 0)
 
   // Issues pieces in order until the ring is full, the block's items are exhausted or (window > 0) window
   // pieces are in flight.

@@ -357,9 +357,13 @@ def test_torch_compile_fullgraph(device):
 
 @pytest.mark.cuda
 @requires_cuda
-@pytest.mark.parametrize("shape, dim", [((64, 1000), -1), ((2, 1_000_003), -1), ((4097, 7), 0)])
-def test_cuda_graph_capture_replay(shape, dim):
-    static_x = make_input(shape, torch.float32, "cuda")
+@pytest.mark.parametrize("shape, dim, dtype", [((64, 1000), -1, torch.float32), ((2, 1_000_003), -1, torch.float32),
+                                               ((4097, 7), 0, torch.float32), ((16, 262_144), -1, torch.float32),
+                                               ((16, 262_144), -1, torch.bfloat16)])
+def test_cuda_graph_capture_replay(shape, dim, dtype):
+    # Replayed twice on fresh inputs: a split-row launch's exchange workspace must be ready again for the
+    # second replay (the captured kernel cannot take a new tag; split_exchange.cuh).
+    static_x = make_input(shape, dtype, "cuda")
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):  # warm-up outside the capture, as torch recommends
@@ -371,13 +375,28 @@ def test_cuda_graph_capture_replay(shape, dim):
     with torch.cuda.graph(graph):
         out = (fae.softmax(static_x, dim), fae.log_softmax(static_x, dim, algorithm="safe"),
                fae.logsumexp(static_x, dim))
-    new_x = make_input(shape, torch.float32, "cuda")
-    static_x.copy_(new_x)
-    graph.replay()
-    torch.cuda.synchronize()
-    check_against_reference(out[0], softmax_ref(new_x, dim), None, torch.float32, "softmax")
-    check_against_reference(out[1], log_softmax_ref(new_x, dim), None, torch.float32, "log_softmax")
-    check_against_reference(out[2], logsumexp_ref(new_x, dim), None, torch.float32, "logsumexp")
+    for _ in range(2):
+        new_x = make_input(shape, dtype, "cuda")
+        static_x.copy_(new_x)
+        graph.replay()
+        torch.cuda.synchronize()
+        check_against_reference(out[0], softmax_ref(new_x, dim), torch.softmax(new_x, dim), dtype, "softmax")
+        check_against_reference(out[1], log_softmax_ref(new_x, dim), torch.log_softmax(new_x, dim), dtype,
+                                "log_softmax")
+        check_against_reference(out[2], logsumexp_ref(new_x, dim), torch.logsumexp(new_x, dim), dtype, "logsumexp")
+
+
+@pytest.mark.cuda
+@requires_cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_split_rows_back_to_back_cuda(dtype):
+    # Long rows split across blocks, called again and again on new inputs of one shape: each call's exchange
+    # workspace lands on the memory of the previous call's, whose partials must never pass for its own.
+    shape = (16, 262_144)
+    inputs = [make_input(shape, dtype, "cuda") for _ in range(4)]
+    outs = [fae.softmax(x, -1) for x in inputs]
+    for x, out in zip(inputs, outs):
+        check_against_reference(out, softmax_ref(x, -1), torch.softmax(x, -1), dtype, "softmax")
 
 
 @pytest.mark.cuda

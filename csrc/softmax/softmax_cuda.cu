@@ -8,6 +8,7 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <optional>
 #include <type_traits>
@@ -37,23 +38,50 @@ template <typename T> at::Tensor partials_workspace(const at::Tensor& x, int64_t
   return at::empty({2 * items}, x.options().dtype(std::is_same_v<T, double> ? at::kDouble : at::kFloat));
 }
 
-// Workspace of a split-row launch (split, pipelined, dual kernels): the partial (m, d) of every item in the
-// accumulator type, then one counter per row (128-byte aligned), all filled with 0xff bytes by one memset on
-// the launch stream (split_exchange.cuh: unpublished partials, counters at -1). Why a memset: at::zeros
-// launched a fill kernel, ~2 us more per call than cudaMemsetAsync on the H100 (s17: fp32 8x4194304 116.3
-// vs 114.4 us, same kernel).
+// A tag per launch for the float exchange (split_exchange.cuh): a bijective 32-bit mix of a process-wide
+// launch count, so any 2^32 consecutive launches carry distinct tags, and tags are not small integers that
+// an earlier tensor on the same memory may well have held.
+uint32_t next_exchange_tag() {
+  static std::atomic<uint32_t> launches{0};
+  uint32_t h = launches.fetch_add(1, std::memory_order_relaxed);
+  h ^= h >> 16;
+  h *= 0x7feb352du;
+  h ^= h >> 15;
+  h *= 0x846ca68bu;
+  h ^= h >> 16;
+  return h;
+}
+
+bool stream_capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus status;
+  FAE_CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
+  return status != cudaStreamCaptureStatusNone;
+}
+
+// Workspace of a split-row launch (split, pipelined, dual kernels): 16 bytes of partial per item
+// (RowExchange), from the caching allocator. Float accumulators need nothing else: each launch's tag marks
+// its own partials, so the eager path enqueues only the kernel. Under graph capture every replay would
+// carry the same tag, so there a memset zeroes the partials first (zero is never a published word).
+// Double accumulators add one counter per row (128-byte aligned), all filled with 0xff bytes by a memset
+// (counters at -1). Why a memset where one is needed: at::zeros launched a fill kernel, ~2 us more per call
+// than cudaMemsetAsync on the H100 (s17).
 template <typename T> struct SplitWorkspace {
   at::Tensor buffer;
-  acc_t<T>* partials;
-  int* counters;
+  RowExchange exchange{};
   SplitWorkspace(const at::Tensor& x, int64_t rows, int64_t items, cudaStream_t stream) {
-    const int64_t part_bytes = round_up(2 * items * static_cast<int64_t>(sizeof(acc_t<T>)), 128);
-    const int64_t bytes = part_bytes + rows * static_cast<int64_t>(sizeof(int));
+    constexpr bool kCounted = std::is_same_v<acc_t<T>, double>;
+    const int64_t part_bytes = round_up(16 * items, 128);
+    const int64_t bytes = part_bytes + (kCounted ? rows * static_cast<int64_t>(sizeof(int)) : 0);
     buffer = at::empty({bytes}, x.options().dtype(at::kByte));
     char* base = static_cast<char*>(buffer.data_ptr());
-    partials = reinterpret_cast<acc_t<T>*>(base);
-    counters = reinterpret_cast<int*>(base + part_bytes);
-    FAE_CUDA_CHECK(cudaMemsetAsync(base, 0xff, static_cast<size_t>(bytes), stream));
+    exchange.partials = reinterpret_cast<uint64_t*>(base);
+    if constexpr (kCounted) {
+      exchange.counters = reinterpret_cast<int*>(base + part_bytes);
+      FAE_CUDA_CHECK(cudaMemsetAsync(base, 0xff, static_cast<size_t>(bytes), stream));
+    } else {
+      exchange.tag = next_exchange_tag();
+      if (stream_capturing(stream)) FAE_CUDA_CHECK(cudaMemsetAsync(base, 0, static_cast<size_t>(bytes), stream));
+    }
   }
 };
 
@@ -65,8 +93,7 @@ std::optional<SplitWorkspace<T>> split_workspace(Params& params, const at::Tenso
   std::optional<SplitWorkspace<T>> work;
   if (chunks > 1) {
     work.emplace(x, rows, rows * chunks, stream);
-    params.partials = work->partials;
-    params.counters = work->counters;
+    params.exchange = work->exchange;
   }
   return work;
 }
@@ -329,7 +356,7 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
   const auto capped_grid = [&](int64_t items) {
     return plan.bpsm > 0 ? grid_for(std::min<int64_t>(items, int64_t(plan.bpsm) * s.sms)) : grid_for(items);
   };
-  RowsParams<T> rp{x, y, s.rows, s.len, online_on_chip, p.output, 0, 1, 0, nullptr, nullptr};
+  RowsParams<T> rp{x, y, s.rows, s.len, online_on_chip, p.output, 0, 1, 0, {}};
   if (plan.vpt == kVptSmall) plan.vpt = Traits::kSmallVpt;
   if (plan.vpt == kVptLarge) plan.vpt = Traits::kMaxVpt;
 
@@ -401,7 +428,7 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
     if (plan.chunks == 0) plan.chunks = pipe_chunks<T>(s, blocks_per_sm);
     if (plan.chunks <= 0) fail("rows too long for the ring at any chunk count");
     PipeParams<T> pp{x, y, s.rows, s.len, 0, 0, kPipePieceBytes / static_cast<int>(sizeof(T)),
-                     pipe_ring_pieces(s.smem_optin, blocks_per_sm), p.output, nullptr, nullptr};
+                     pipe_ring_pieces(s.smem_optin, blocks_per_sm), p.output, {}};
     if (pp.ring_pieces < 2) fail("bpsm leaves a ring of fewer than 2 pieces");
     pp.chunk_elems = pipe_chunk_elems<T>(s.len, plan.chunks, pp.ring_pieces);
     pp.chunks = static_cast<int>(ceil_div(s.len, pp.chunk_elems));  // rounding may leave fewer chunks
@@ -422,7 +449,7 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
     if (plan.chunks == 0) plan.chunks = static_cast<int>(std::min<int64_t>(dual_chunks<T>(s.len), 1 << 30));
     if (plan.chunks < 1) fail("chunks must be >= 1");
     PipeParams<T> pp{x, y, s.rows, s.len, 0, 0, kPipePieceBytes / static_cast<int>(sizeof(T)),
-                     pipe_ring_pieces(s.smem_optin, 1), p.output, nullptr, nullptr};
+                     pipe_ring_pieces(s.smem_optin, 1), p.output, {}};
     pp.chunk_elems = dual_chunk_elems<T>(s.len, plan.chunks);
     if (pp.chunk_elems * static_cast<int64_t>(sizeof(T)) > kDualMaxItemBytes) fail("chunks of more than 128 KB");
     pp.chunks = static_cast<int>(ceil_div(s.len, pp.chunk_elems));  // rounding may leave fewer chunks

@@ -40,6 +40,16 @@ constexpr int kStreamThreads = 256;      // streaming kernels
 constexpr int kStreamUnroll = 4;         // 16-byte vectors in flight per thread per step
 constexpr int kColumnThreads = 256;      // column kernel: blockDim.x * blockDim.y
 
+// Where the chunks of split rows meet (split_exchange.cuh): per item = row * chunks + chunk a 16-byte
+// partial, two 64-bit words. Float accumulators: (m bits | tag << 32, d bits | ~tag << 32), so a partial
+// is this launch's once both high halves carry its tag; nothing needs filling before the launch (host:
+// SplitWorkspace). Double accumulators: (m, d) as doubles, ordered by one counter per row that starts at -1.
+struct RowExchange {
+  uint64_t* partials;
+  int* counters;           // double accumulators only
+  uint32_t tag;            // float accumulators only: this launch's, distinct from the previous 2^32 launches'
+};
+
 // Rows (inner == 1), row-cached kernels. x: (rows, len) contiguous; y: (rows, len), or (rows) for LSE.
 template <typename T> struct RowsParams {
   const T* x;
@@ -51,8 +61,7 @@ template <typename T> struct RowsParams {
   int lanes_log2;          // warp kernel: log2 of the lanes per row, in [0, 5]
   int chunks;              // block kernel: blocks per row (1: block-per-row; > 1: split-row)
   int smem_vecs;           // block kernel, aligned rows: 16-byte vectors per thread kept in shared memory
-  acc_t<T>* partials;      // split-row: (m, d) of item = row * chunks + chunk at [2 item, 2 item + 1] ...
-  int* counters;           // ... and per row a count of published chunks (split_exchange.cuh: all 0xff first)
+  RowExchange exchange;    // split-row only
 };
 
 // Rows (inner == 1), pipelined kernel (sm_90): items are (row, chunk) pairs, whole rows when chunks == 1.
@@ -72,8 +81,7 @@ template <typename T> struct PipeParams {
   int piece_elems;         // multiple of the vector
   int ring_pieces;         // <= kPipeMaxPieces, >= pieces of one item + 1
   SoftmaxOutput output;
-  acc_t<T>* partials;      // chunks > 1: per-item (m, d) at [2 item, 2 item + 1] ...
-  int* counters;           // ... and per row a count of published chunks (split_exchange.cuh: all 0xff first)
+  RowExchange exchange;    // chunks > 1 only
 };
 
 // Rows that do not fit on chip: separate passes over global memory. Items are (row, chunk) pairs.

@@ -129,7 +129,7 @@ __global__ void __launch_bounds__(kMaxBlockThreads, 1) softmax_block_rows_kernel
     if (online) {
       row_state = block_allreduce(OnlineState<A>{ref, local_sum}, MergeOp{}, empty_state<A>(), s_state);
       if (p.chunks > 1) {
-        row_state = exchange_row_state(p.partials, p.counters, p.chunks, row, item, row_state, s_state);
+        row_state = exchange_row_state(p.exchange, p.chunks, row, item, row_state, s_state);
       }
     } else {
       row_state = {ref, block_allreduce(local_sum, SumOp{}, A(0), s_val)};

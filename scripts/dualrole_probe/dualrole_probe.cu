@@ -5,8 +5,8 @@
 // history (af30ef8).
 // Timed like benchmarks/common.py (256 MiB read before each call, events, median), except that the flush is a
 // plain read kernel: after it the dual kernel runs 6-7 % faster than after the benchmark's torch reduction
-// (NOTES, s17), so compare kernels here only with each other. The counters' memset is inside every timed
-// call, as the library's is. PROBE_SYNC=0 enqueues all calls back to back (default: each waited for).
+// (NOTES, s17), so compare kernels here only with each other. Every call takes a new exchange tag and
+// nothing is filled before it, as in the library (split_exchange.cuh). PROBE_SYNC=0 enqueues all calls back to back (default: each waited for).
 // Build and run from the repository root (sm_90):
 //   nvcc -O3 -std=c++17 --expt-relaxed-constexpr -arch=sm_90a -I csrc -o /tmp/dualrole_probe scripts/dualrole_probe/dualrole_probe.cu && /tmp/dualrole_probe
 // Phase trace (s18): add -DFAE_SOFTMAX_PHASE_TRACE and run with PROBE_TRACE=<dir>: after its timing each
@@ -155,12 +155,12 @@ void run_shape(Timer& tm, int64_t rows, int64_t len, int want_chunks, int reps, 
   const int64_t n = rows * len;
   const size_t bytes = n * sizeof(T);
   T *x, *y;
-  char* work;  // the library's split workspace: 2 partials per item, then a counter per row
+  char* work;  // the library's split workspace: a 16-byte partial per item (RowExchange), zeroed once
   CK(cudaMalloc(&x, bytes));
   CK(cudaMalloc(&y, bytes));
-  const size_t part_bytes = 2 * rows * chunks * sizeof(A);
-  const size_t work_bytes = part_bytes + rows * sizeof(int);
+  const size_t work_bytes = 16 * rows * chunks;
   CK(cudaMalloc(&work, work_bytes));
+  CK(cudaMemset(work, 0, work_bytes));
   std::vector<T> hx(n);
   srand(7);
   for (auto& v : hx) v = T(float(rand()) / RAND_MAX * 8.f - 4.f);
@@ -193,15 +193,15 @@ void run_shape(Timer& tm, int64_t rows, int64_t len, int want_chunks, int reps, 
               (long long)rows, (long long)len, chunks, (long long)chunk_elems, grid, (long long)(rows * chunks));
   report("copy cudaMemcpyAsync", tm.median([&] { CK(cudaMemcpyAsync(y, x, bytes, cudaMemcpyDeviceToDevice)); }, reps));
 
-  // A library kernel on this chunking: output poisoned, workspace filled with 0xff inside every timed call, checked.
+  // A library kernel on this chunking: output poisoned, a new exchange tag for every call, checked.
   PipeParams<T> pp{x, y, rows, len, chunk_elems, chunks, 16 / int(sizeof(T)) * 1024, kRing, SoftmaxOutput::Softmax,
-                   reinterpret_cast<A*>(work), reinterpret_cast<int*>(work + part_bytes)};
+                   {reinterpret_cast<uint64_t*>(work), nullptr, 0}};
   const size_t smem = size_t(kRing) * 16384;
   auto time_kernel = [&](const char* name, void (*k)(const PipeParams<T>), int threads) {
     CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     CK(cudaMemset(y, 0xff, bytes));
     auto launch = [&] {
-      CK(cudaMemsetAsync(work, 0xff, work_bytes));
+      ++pp.exchange.tag;
       void* args[] = {&pp};
       CK(cudaLaunchCooperativeKernel((void*)k, grid, threads, args, smem, 0));
     };

@@ -5,7 +5,8 @@
 // block's done time minus the round's last publish (globaltimer, 0.256 us steps on the H100).
 // Variants:
 //   0 the library's exchange_row_state (split_exchange.cuh; in s14: partials by st.cg, counter red.release,
-//     spin ld.acquire with nanosleep, partials by ld.cg; since s20: variant 1's words with a relaxed counter)
+//     spin ld.acquire with nanosleep, partials by ld.cg; in s20: variant 1's words with a relaxed counter;
+//     since s21: tagged 16-byte partials that every thread polls, nothing filled but a zeroing per launch)
 //   1 self-flagged 64-bit partials (m, d packed) in a slot set filled with all-ones; every thread polls its
 //     slots with ld.relaxed until written: one round trip after the last publish
 //   2 as 1 but warp 0 alone polls (lanes over the slots) and broadcasts through shared memory
@@ -44,7 +45,7 @@ struct Args {
   unsigned long long* slots;   // rounds * grid, all-ones
   unsigned long long* result;  // rounds, all-ones
   int* counters;               // rounds, zero
-  int* lib_counters;           // rounds, all-ones (variant 0: the library starts its counters at -1)
+  uint64_t* lib_partials;      // variant 0: rounds * grid 16-byte partials (RowExchange), zero
   const char* src;
   size_t src_bytes;
   unsigned long long* t_pub;
@@ -126,13 +127,12 @@ __global__ void __launch_bounds__(128, 1) probe(Args a) {
     const State mine{static_cast<float>((b * 7 + r * 13) % 101) * 0.01f, 1.0f + b * 1e-3f};
     if (t == 0 && K > 0) load_pieces(ring, a.src, (static_cast<size_t>(r) * G + b) * K, 1, a, K, &bar);
     const int64_t base = static_cast<int64_t>(r) * G;
-    // The publishing thread: thread 0 in the library's exchange (it is also the thread that issued the
-    // copies), the block's last thread in the others (as in the s14 runs).
-    const int pub = a.variant == 0 ? 0 : nt - 1;
+    // The publishing thread: the block's last (as the library's exchange since s20 and the s14 runs).
+    const int pub = nt - 1;
     if (t == pub) a.t_pub[base + b] = gtime();
     State row = empty_state<float>();
     if (a.variant == 0) {
-      row = exchange_row_state(reinterpret_cast<float*>(a.slots), a.lib_counters, G, r, base + b, mine, scratch);
+      row = exchange_row_state(RowExchange{a.lib_partials, nullptr, 1u}, G, r, base + b, mine, scratch);
     } else if (a.variant == 1 || a.variant == 2) {
       if (t == pub) st_relaxed64(a.slots + base + b, pack(mine));
       if (a.variant == 1) {
@@ -189,7 +189,7 @@ int main() {
   CK(cudaMalloc(&a.slots, sizeof(unsigned long long) * maxR * G));
   CK(cudaMalloc(&a.result, sizeof(unsigned long long) * maxR));
   CK(cudaMalloc(&a.counters, sizeof(int) * maxR));
-  CK(cudaMalloc(&a.lib_counters, sizeof(int) * maxR));
+  CK(cudaMalloc(&a.lib_partials, 16 * maxR * G));
   CK(cudaMalloc(&a.t_pub, sizeof(unsigned long long) * maxR * G));
   CK(cudaMalloc(&a.t_done, sizeof(unsigned long long) * maxR * G));
   CK(cudaMalloc(&a.out, sizeof(float) * G));
@@ -221,7 +221,7 @@ int main() {
       CK(cudaMemset(a.slots, 0xff, sizeof(unsigned long long) * maxR * G));
       CK(cudaMemset(a.result, 0xff, sizeof(unsigned long long) * maxR));
       CK(cudaMemset(a.counters, 0, sizeof(int) * maxR));
-      CK(cudaMemset(a.lib_counters, 0xff, sizeof(int) * maxR));
+      CK(cudaMemset(a.lib_partials, 0, 16 * maxR * G));
       void* params[] = {&a};
       CK(cudaEventRecord(e0));
       CK(cudaLaunchCooperativeKernel((void*)probe, dim3(G), dim3(128), params, smem, 0));

@@ -255,7 +255,7 @@ int main(int argc, char** argv) {
   using B = __nv_bfloat16;
   for (int vpl : {1, 2, 4}) {
     softmax::RowsParams<B> rp{reinterpret_cast<const B*>(x), reinterpret_cast<B*>(y), rows, kRowElems, false,
-                              SoftmaxOutput::Softmax, 0, 1, 0, nullptr, nullptr};
+                              SoftmaxOutput::Softmax, 0, 1, 0, {}};
     const int lanes = kRowVecs / vpl;
     rp.lanes_log2 = __builtin_ctz(lanes);
     const int grid = static_cast<int>((rows * lanes + 255) / 256);

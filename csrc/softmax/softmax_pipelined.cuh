@@ -198,8 +198,7 @@ __device__ __forceinline__ void ring_items(const PipeParams<T>& p, int64_t first
     FAE_PHASE_STAMP(t, 0, (item - first_item) / step, 1);
     OnlineState<A> row_state = block_allreduce(state, MergeOp{}, empty_state<A>(), scratch, team);
     if (p.chunks > 1) {
-      row_state =
-          exchange_row_state(p.exchange, p.chunks, span.row, item, row_state, scratch, team);
+      row_state = exchange_row_state(p.exchange, p.chunks, span.row, item, row_state, scratch, team);
     }
     FAE_PHASE_STAMP(t, 0, (item - first_item) / step, 2);
 

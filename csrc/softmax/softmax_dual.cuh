@@ -4,8 +4,8 @@
 // (its split rows ran 70-74 % of copy bandwidth; with the exchange removed 86 %). Here every SM runs two
 // independent item chains: the ring role (4 warps) walks the even rounds through the pipelined kernel's ring
 // of bulk copies (ring_items), the register role (16 warps) the odd rounds with each thread's 16 vectors of
-// the item in registers. Each role reduces, exchanges and waits on its own named barrier and counters, and
-// the register role starts once the ring role has folded its first item, so the roles run out of phase:
+// the item in registers. Each role reduces, exchanges and waits on its own named barrier, and the register
+// role starts once most of the ring role's first item has landed (kStartPiece), so the roles run out of phase:
 // while one waits on its row, the other streams (H100 probe, NOTES "probe s16": fp32 8x4194304 105-111 us
 // against 126-128, bf16 58-60 against 63). Each element is still read once and written once.
 #include "softmax/softmax_pipelined.cuh"
@@ -35,6 +35,12 @@ template <typename T> constexpr int kDualRingWindow = sizeof(T) == 4 ? 5 : 0;
 constexpr int kRingBarrier = 1;   // named barriers: the ring role's, the register role's, and the start
 constexpr int kRegBarrier = 2;
 constexpr int kStartBarrier = 3;
+// The register role starts when piece 6 of the ring role's first item has landed (of 8 pieces in a 128 KB
+// item; items of at most 6 pieces: once folded). H100 probe s21 (us, after the fold -> at piece 6): bf16
+// 128x262144 52.3-52.4 -> 50.8-51.5, 8x4194304 52.5-52.8 -> 52.9; fp32 8x4194304 101.1-101.2 -> 99.8-100.8,
+// 128x262144 96.6-98.0 -> 96.6-98.1. At once (no start barrier): bf16 128x262144 51.0-51.5, but fp32 split
+// rows 10 % slower (both roles fold, and then wait on their rows, in phase); at pieces 0-4: in between.
+constexpr int kStartPiece = 6;
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 // The same 16 bytes, hidden from the optimizer: each pass over the register role's vectors unpacks them
@@ -171,8 +177,8 @@ __device__ __forceinline__ void register_items(const PipeParams<T>& p, int64_t f
 // register role (threads [128, 640), rounds 1, 3, 5, ...). Dynamic shared memory: the ring.
 // Deadlock freedom: each role's items ascend and its rows' chunks lie in one of its rounds, so the
 // induction of exchange_row_state holds per role; the roles wait on nothing of each other's except the
-// start barrier, which the ring role passes after folding its first item (every block has one: gridDim.x
-// <= items).
+// start barrier, which the ring role passes while folding its first item, before any exchange (every block
+// has one: gridDim.x <= items).
 template <typename T, int kLoadsInFlight = kRegVecs, int kRingWindow = 0>
 __global__ void __launch_bounds__(kThreads, 1) softmax_dual_rows_kernel(const PipeParams<T> p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -183,7 +189,7 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_dual_rows_kernel(const Pi
   const int64_t step = 2 * static_cast<int64_t>(gridDim.x);
   if (threadIdx.x < kRingThreads) {
     pipe::ring_items<T, true, kRingWindow>(p, blockIdx.x, step, RoleTeam{0, kRingThreads, kRingBarrier}, ring,
-                                           bars, s_ring, kStartBarrier, kThreads);
+                                           bars, s_ring, pipe::StartSignal{kStartBarrier, kThreads, kStartPiece});
   } else {
     asm volatile("bar.sync %0, %1;\n" ::"r"(kStartBarrier), "r"(kThreads) : "memory");
     register_items<T, kLoadsInFlight>(p, blockIdx.x + gridDim.x, step, s_reg);

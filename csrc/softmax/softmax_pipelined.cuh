@@ -138,21 +138,33 @@ __device__ __forceinline__ void store_item(T* y, const uint4* ring, int base, in
   }
 }
 
+// A signal from ring_items to threads waiting on a named barrier: the team arrives once on `barrier`
+// (`count` threads in all) when piece `piece` of its first item has landed, or once that item is folded if it
+// has no more than `piece` pieces. barrier 0: no signal.
+struct StartSignal {
+  int barrier = 0;
+  int count = 0;
+  int piece = 0;
+  __device__ __forceinline__ void arrive() const {
+    if (barrier > 0) asm volatile("bar.arrive %0, %1;\n" ::"r"(barrier), "r"(count) : "memory");
+  }
+};
+
 // A team's walk over its items first_item, first_item + step, ... through the ring (ring_pieces slots of
 // piece_elems elements, barriers initialized): its rank-0 thread is the producer; as each piece lands,
 // thread t folds its vectors t, t + team size, ... of the piece, kPipeGroup at a time, into its (m, d) state,
 // so the reduction runs behind the arrivals; one team merge of the states and, for split rows, the row
 // exchange; then a pass over the item's vectors normalizes and stores. An item's pieces are consecutive slots
-// modulo the ring. With start_barrier > 0 the team arrives once on that named barrier (start_count
-// threads) when its first item is folded: the dual kernel starts its other role there. kEvictFirst: the
-// store pass of every type is evict-first (store_item).
+// modulo the ring. With start.barrier > 0 the team arrives once on that named barrier (StartSignal): the
+// dual kernel starts its other role there. kEvictFirst: the store pass of every type is evict-first
+// (store_item).
 // kWindow > 0: at most kWindow pieces in flight; the producer issues the next ones as pieces land (checked
 // at each piece of the walk) instead of filling every free slot at once (the dual kernel's fp32 ring role:
 // kDualRingWindow).
 template <typename T, bool kEvictFirst = false, int kWindow = 0, typename Team>
 __device__ __forceinline__ void ring_items(const PipeParams<T>& p, int64_t first_item, int64_t step, Team team,
                                            uint4* ring, uint64_t* bars, OnlineState<acc_t<T>>* scratch,
-                                           int start_barrier = 0, int start_count = 0) {
+                                           StartSignal start = {}) {
   using A = acc_t<T>;
   constexpr int kVec = 16 / static_cast<int>(sizeof(T));
   const int t = team.rank();
@@ -178,6 +190,7 @@ __device__ __forceinline__ void ring_items(const PipeParams<T>& p, int64_t first
     for (int k = 0; k < pieces; ++k) {
       mbarrier_wait(bars + slot, phase);
       if (k == 0) FAE_PHASE_STAMP(t, 0, (item - first_item) / step, 0);
+      if (item == first_item && k == start.piece) start.arrive();
       if constexpr (kWindow > 0) {
         if (t == 0) {
           --producer.in_flight;
@@ -192,9 +205,7 @@ __device__ __forceinline__ void ring_items(const PipeParams<T>& p, int64_t first
         phase ^= 1;
       }
     }
-    if (start_barrier > 0 && item == first_item) {
-      asm volatile("bar.arrive %0, %1;\n" ::"r"(start_barrier), "r"(start_count) : "memory");
-    }
+    if (item == first_item && pieces <= start.piece) start.arrive();
     FAE_PHASE_STAMP(t, 0, (item - first_item) / step, 1);
     OnlineState<A> row_state = block_allreduce(state, MergeOp{}, empty_state<A>(), scratch, team);
     if (p.chunks > 1) {

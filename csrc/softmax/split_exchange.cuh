@@ -56,17 +56,19 @@ __device__ __forceinline__ OnlineState<A> exchange_row_state(const RowExchange& 
   const int64_t first_item = row * chunks;
   OnlineState<A> acc = empty_state<A>();
   if constexpr (sizeof(A) == 4) {
-    const uint64_t m_tag = uint64_t(ex.tag) << 32, d_tag = uint64_t(~ex.tag) << 32;
+    const uint32_t m_tag = ex.tag, d_tag = ~ex.tag;
     if (publisher) {
-      store_relaxed_pair(ex.partials + 2 * item, m_tag | __float_as_uint(mine.m), d_tag | __float_as_uint(mine.d));
+      store_relaxed_pair(ex.partials + 2 * item, uint64_t(m_tag) << 32 | __float_as_uint(mine.m),
+                         uint64_t(d_tag) << 32 | __float_as_uint(mine.d));
     }
     // Each thread polls its own partials; block_allreduce's barriers separate the scratch uses around it.
     for (int c = team.rank(); c < chunks; c += team.size()) {
+      const uint64_t* const partial = ex.partials + 2 * (first_item + c);
       uint64_t m_word, d_word;
-      load_relaxed_pair(ex.partials + 2 * (first_item + c), m_word, d_word);
-      while ((m_word >> 32) != (m_tag >> 32) || (d_word >> 32) != (d_tag >> 32)) {
+      load_relaxed_pair(partial, m_word, d_word);
+      while (static_cast<uint32_t>(m_word >> 32) != m_tag || static_cast<uint32_t>(d_word >> 32) != d_tag) {
         __nanosleep(32);
-        load_relaxed_pair(ex.partials + 2 * (first_item + c), m_word, d_word);
+        load_relaxed_pair(partial, m_word, d_word);
       }
       acc = merge(acc, OnlineState<A>{__uint_as_float(static_cast<uint32_t>(m_word)),
                                       __uint_as_float(static_cast<uint32_t>(d_word))});

@@ -62,9 +62,9 @@ bool stream_capturing(cudaStream_t stream) {
 // (RowExchange), from the caching allocator. Float accumulators need nothing else: each launch's tag marks
 // its own partials, so the eager path enqueues only the kernel. Under graph capture every replay would
 // carry the same tag, so there a memset zeroes the partials first (zero is never a published word).
-// Double accumulators add one counter per row (128-byte aligned), all filled with 0xff bytes by a memset
-// (counters at -1). Why a memset where one is needed: at::zeros launched a fill kernel, ~2 us more per call
-// than cudaMemsetAsync on the H100 (s17).
+// Double accumulators add one counter per row (128-byte aligned), which the same memset zeroes on every
+// launch. Why a memset where one is needed: at::zeros launched a fill kernel, ~2 us more per call than
+// cudaMemsetAsync on the H100 (s17).
 template <typename T> struct SplitWorkspace {
   at::Tensor buffer;
   RowExchange exchange{};
@@ -77,10 +77,11 @@ template <typename T> struct SplitWorkspace {
     exchange.partials = reinterpret_cast<uint64_t*>(base);
     if constexpr (kCounted) {
       exchange.counters = reinterpret_cast<int*>(base + part_bytes);
-      FAE_CUDA_CHECK(cudaMemsetAsync(base, 0xff, static_cast<size_t>(bytes), stream));
     } else {
       exchange.tag = next_exchange_tag();
-      if (stream_capturing(stream)) FAE_CUDA_CHECK(cudaMemsetAsync(base, 0, static_cast<size_t>(bytes), stream));
+    }
+    if (kCounted || stream_capturing(stream)) {
+      FAE_CUDA_CHECK(cudaMemsetAsync(base, 0, static_cast<size_t>(bytes), stream));
     }
   }
 };

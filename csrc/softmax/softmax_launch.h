@@ -43,7 +43,7 @@ constexpr int kColumnThreads = 256;      // column kernel: blockDim.x * blockDim
 // Where the chunks of split rows meet (split_exchange.cuh): per item = row * chunks + chunk a 16-byte
 // partial, two 64-bit words. Float accumulators: (m bits | tag << 32, d bits | ~tag << 32), so a partial
 // is this launch's once both high halves carry its tag; nothing needs filling before the launch (host:
-// SplitWorkspace). Double accumulators: (m, d) as doubles, ordered by one counter per row that starts at -1.
+// SplitWorkspace). Double accumulators: (m, d) as doubles, ordered by one counter per row that starts at 0.
 struct RowExchange {
   uint64_t* partials;
   int* counters;           // double accumulators only

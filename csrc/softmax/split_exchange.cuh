@@ -79,7 +79,7 @@ __device__ __forceinline__ OnlineState<A> exchange_row_state(const RowExchange& 
       __stcg(partials + 2 * item, mine.m);
       __stcg(partials + 2 * item + 1, mine.d);
       arrive_release(ex.counters + row);
-      while (load_acquire(ex.counters + row) < chunks - 1) __nanosleep(32);
+      while (load_acquire(ex.counters + row) < chunks) __nanosleep(32);
     }
     team.sync();
     for (int c = team.rank(); c < chunks; c += team.size()) {

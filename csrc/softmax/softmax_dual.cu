@@ -1,5 +1,8 @@
-// Launcher of the dual-role row kernel (softmax_dual.cuh), instantiated per dtype.
+// Launcher of the dual-role row kernel (softmax_dual.cuh), instantiated per dtype, for softmax and for the
+// other outputs.
 #include <c10/util/Exception.h>
+
+#include <algorithm>
 
 #include "common/cooperative_launch.h"
 #include "common/cuda_check.h"
@@ -9,14 +12,19 @@ namespace flash_attn_ext {
 namespace softmax {
 
 // As the pipelined kernel: the body exists only in sm_90+ code.
-template <typename T> bool dual_supported() { return kernel_binary_version(dual::library_kernel<T>) >= 90; }
+template <typename T> bool dual_supported() {
+  return kernel_binary_version(dual::library_kernel<T, true>) >= 90 &&
+         kernel_binary_version(dual::library_kernel<T, false>) >= 90;
+}
 
+// Of the two instantiations, the fewer.
 template <typename T> int dual_blocks_per_sm(size_t smem_bytes) {
-  return resident_blocks_per_sm(dual::library_kernel<T>, dual::kThreads, smem_bytes);
+  return std::min(resident_blocks_per_sm(dual::library_kernel<T, true>, dual::kThreads, smem_bytes),
+                  resident_blocks_per_sm(dual::library_kernel<T, false>, dual::kThreads, smem_bytes));
 }
 
 template <typename T> void launch_dual_rows(const PipeParams<T>& p, int grid, cudaStream_t stream) {
-  auto kernel = dual::library_kernel<T>;
+  auto kernel = p.output == SoftmaxOutput::Softmax ? dual::library_kernel<T, true> : dual::library_kernel<T, false>;
   const size_t smem = pipe_smem_bytes(p);
   allow_dynamic_smem(kernel, smem);
   if (p.chunks == 1) {

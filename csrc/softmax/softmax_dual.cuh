@@ -114,8 +114,8 @@ __device__ __forceinline__ void store_registers(T* y, const uint4 (&raw)[kRegVec
 // type: with the default policy the fp32 role ran 1.4x slower (probe s16).
 // kLoadsInFlight < kRegVecs: vector s is loaded only once vector s - kLoadsInFlight has landed (its address
 // depends on that vector through a select the compiler cannot fold), so at most kLoadsInFlight vectors per
-// thread are in flight (kDualLoadsInFlight).
-template <typename T, int kLoadsInFlight = kRegVecs>
+// thread are in flight (kDualLoadsInFlight). kSoftmaxOnly: as ring_items.
+template <typename T, int kLoadsInFlight = kRegVecs, bool kSoftmaxOnly = false>
 __device__ __forceinline__ void register_items(const PipeParams<T>& p, int64_t first_item, int64_t step,
                                                OnlineState<acc_t<T>>* scratch) {
   using A = acc_t<T>;
@@ -155,13 +155,13 @@ __device__ __forceinline__ void register_items(const PipeParams<T>& p, int64_t f
       row_state = exchange_row_state(p.exchange, p.chunks, span.row, item, row_state, scratch, team);
     }
     FAE_PHASE_STAMP(t, 1, (item - first_item) / step, 2);
-    if (p.output == SoftmaxOutput::LogSumExp) {
+    if (!kSoftmaxOnly && p.output == SoftmaxOutput::LogSumExp) {
       if (t == 0 && span.begin == 0) p.y[span.row] = from_acc<T>(row_lse(row_state));
       continue;
     }
-    const Epilogue<A> epi(p.output, row_state, row_state.m);
+    const Epilogue<A> epi(kSoftmaxOnly ? SoftmaxOutput::Softmax : p.output, row_state, row_state.m);
     T* y = p.y + span.row * p.len + span.begin;
-    if (p.output == SoftmaxOutput::Softmax) {
+    if (kSoftmaxOnly || p.output == SoftmaxOutput::Softmax) {
       store_registers<T, true>(y, raw, nvec, t, epi, row_state.m);
     } else {
       store_registers<T, false>(y, raw, nvec, t, epi, row_state.m);
@@ -179,7 +179,12 @@ __device__ __forceinline__ void register_items(const PipeParams<T>& p, int64_t f
 // induction of exchange_row_state holds per role; the roles wait on nothing of each other's except the
 // start barrier, which the ring role passes while folding its first item, before any exchange (every block
 // has one: gridDim.x <= items).
-template <typename T, int kLoadsInFlight = kRegVecs, int kRingWindow = 0>
+// kSoftmaxOnly: launched for p.output == Softmax only, with the log_softmax and logsumexp epilogues compiled
+// out. Why: the kernel is large (bf16: 5656 SASS instructions), and after a large kernel (a torch reduction,
+// a GEMM) has evicted it from the SMs' instruction caches, a call ran 2-4 us slower; 750 fewer instructions
+// took 1.2-1.7 us of that back (H100 probe after a 10k-instruction kernel, bf16 split rows, NOTES "s22 run
+// 10"; 0.5-1.3 us slower when the code is still cached).
+template <typename T, int kLoadsInFlight = kRegVecs, int kRingWindow = 0, bool kSoftmaxOnly = false>
 __global__ void __launch_bounds__(kThreads, 1) softmax_dual_rows_kernel(const PipeParams<T> p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(128) uint4 ring[];
@@ -188,18 +193,20 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_dual_rows_kernel(const Pi
   pipe::init_ring_barriers(bars, p.ring_pieces);
   const int64_t step = 2 * static_cast<int64_t>(gridDim.x);
   if (threadIdx.x < kRingThreads) {
-    pipe::ring_items<T, true, kRingWindow>(p, blockIdx.x, step, RoleTeam{0, kRingThreads, kRingBarrier}, ring,
-                                           bars, s_ring, pipe::StartSignal{kStartBarrier, kThreads, kStartPiece});
+    pipe::ring_items<T, true, kRingWindow, kSoftmaxOnly>(p, blockIdx.x, step, RoleTeam{0, kRingThreads, kRingBarrier},
+                                                         ring, bars, s_ring,
+                                                         pipe::StartSignal{kStartBarrier, kThreads, kStartPiece});
   } else {
     asm volatile("bar.sync %0, %1;\n" ::"r"(kStartBarrier), "r"(kThreads) : "memory");
-    register_items<T, kLoadsInFlight>(p, blockIdx.x + gridDim.x, step, s_reg);
+    register_items<T, kLoadsInFlight, kSoftmaxOnly>(p, blockIdx.x + gridDim.x, step, s_reg);
   }
 #endif
 }
 
-// The instantiation the library launches (softmax_dual.cu; the probe times it too).
-template <typename T>
-constexpr auto library_kernel = softmax_dual_rows_kernel<T, kDualLoadsInFlight<T>, kDualRingWindow<T>>;
+// The instantiations the library launches, softmax and the other outputs (softmax_dual.cu; the probe times
+// them too).
+template <typename T, bool kSoftmaxOnly>
+constexpr auto library_kernel = softmax_dual_rows_kernel<T, kDualLoadsInFlight<T>, kDualRingWindow<T>, kSoftmaxOnly>;
 
 }  // namespace dual
 }  // namespace softmax

@@ -160,8 +160,9 @@ struct StartSignal {
 // (store_item).
 // kWindow > 0: at most kWindow pieces in flight; the producer issues the next ones as pieces land (checked
 // at each piece of the walk) instead of filling every free slot at once (the dual kernel's fp32 ring role:
-// kDualRingWindow).
-template <typename T, bool kEvictFirst = false, int kWindow = 0, typename Team>
+// kDualRingWindow). kSoftmaxOnly: p.output is Softmax, and the other outputs' epilogues are compiled out
+// (the dual kernel's softmax instantiation, softmax_dual.cuh).
+template <typename T, bool kEvictFirst = false, int kWindow = 0, bool kSoftmaxOnly = false, typename Team>
 __device__ __forceinline__ void ring_items(const PipeParams<T>& p, int64_t first_item, int64_t step, Team team,
                                            uint4* ring, uint64_t* bars, OnlineState<acc_t<T>>* scratch,
                                            StartSignal start = {}) {
@@ -213,12 +214,12 @@ __device__ __forceinline__ void ring_items(const PipeParams<T>& p, int64_t first
     }
     FAE_PHASE_STAMP(t, 0, (item - first_item) / step, 2);
 
-    if (p.output == SoftmaxOutput::LogSumExp) {
+    if (!kSoftmaxOnly && p.output == SoftmaxOutput::LogSumExp) {
       if (t == 0 && span.begin == 0) p.y[span.row] = from_acc<T>(row_lse(row_state));
     } else {
-      const Epilogue<A> epi(p.output, row_state, row_state.m);
+      const Epilogue<A> epi(kSoftmaxOnly ? SoftmaxOutput::Softmax : p.output, row_state, row_state.m);
       T* y = p.y + span.row * p.len + span.begin;
-      if (p.output == SoftmaxOutput::Softmax) {
+      if (kSoftmaxOnly || p.output == SoftmaxOutput::Softmax) {
         store_item<T, true, kEvictFirst>(y, ring, base, ring_vecs, nvec, t, nt, epi, row_state.m);
       } else {
         store_item<T, false, kEvictFirst>(y, ring, base, ring_vecs, nvec, t, nt, epi, row_state.m);

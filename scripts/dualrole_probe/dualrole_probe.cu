@@ -214,7 +214,7 @@ void run_shape(Timer& tm, int64_t rows, int64_t len, int want_chunks, int reps, 
   };
   time_kernel("library pipelined, 128 threads", pipe::softmax_pipelined_rows_kernel<T>, 128);
   time_kernel("library pipelined, 256 threads", pipe::softmax_pipelined_rows_kernel<T>, 256);
-  time_kernel("library dual", dual::library_kernel<T>, dual::kThreads);
+  time_kernel("library dual", dual::library_kernel<T, true>, dual::kThreads);
   // the register role's loads in flight per thread and the ring's window of pieces in flight
   if constexpr (sizeof(T) == 4) {
     time_kernel("dual 16 loads, window 5", dual::softmax_dual_rows_kernel<T, 16, 5>, dual::kThreads);

@@ -173,9 +173,10 @@ template <typename T> int64_t dual_chunk_elems(int64_t len, int64_t chunks) {
 // The fewest chunks, except for 16-bit rows: there the count from the fewest up to twice as many (and at most
 // the SMs) that minimizes rounds * (chunk bytes + kPipeItemOverheadBytes), where a round is as many whole
 // rows as the SMs hold (the launch's grid is a multiple of the chunk count), ties to fewer. Why: the fewest
-// can leave SMs idle, e.g. bf16 8x4194304 in 64 chunks runs on 128 of 132 SMs, and in 66 on all of them
-// (H100 through the op, s22: 53.3 us against 54.1). fp32 keeps the fewest: its 8x4194304 in 132 chunks ran
-// 102.6 us against 101.0 (each row's exchange waits on more partials; NOTES "s22 run 2").
+// can leave SMs idle, e.g. bf16 32x3000000 in 46 chunks runs on 92 of 132 SMs and in 66 on all of them
+// (H100 through the op, s22: 160.4-161.6 us against 195.0-196.3); 8x4194304 in 64 chunks on 128 SMs, in 66 on
+// 132 (53.3 us against 54.1 in one sweep, within noise in another). fp32 keeps the fewest: its 8x4194304 in
+// 132 chunks ran 102.6 us against 101.0 (each row's exchange waits on more partials; NOTES "s22 run 2").
 template <typename T> int64_t dual_chunks(int64_t rows, int64_t len, int sms) {
   const int64_t fewest = ceil_div(len * static_cast<int64_t>(sizeof(T)), kDualMaxItemBytes);
   if (sizeof(T) != 2 || fewest >= sms) return fewest;
@@ -467,7 +468,9 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
 
   if (plan.kind == RowsKind::Dual) {
     if (!s.dual) fail("the dual kernel needs 16-byte aligned rows and sm_90 code for this device");
-    if (plan.chunks == 0) plan.chunks = static_cast<int>(std::min<int64_t>(dual_chunks<T>(s.rows, s.len, s.sms), 1 << 30));
+    if (plan.chunks == 0) {
+      plan.chunks = static_cast<int>(std::min<int64_t>(dual_chunks<T>(s.rows, s.len, s.sms), 1 << 30));
+    }
     if (plan.chunks < 1) fail("chunks must be >= 1");
     PipeParams<T> pp{x, y, s.rows, s.len, 0, 0, kPipePieceBytes / static_cast<int>(sizeof(T)),
                      pipe_ring_pieces(s.smem_optin, 1), p.output, {}};

@@ -4,8 +4,10 @@
 // variants of the two roles (in phase or not, store policies) became the library kernel and are in git
 // history (af30ef8).
 // Timed like benchmarks/common.py (256 MiB read before each call, events, median), except that the flush is a
-// plain read kernel: after it the dual kernel runs 6-7 % faster than after the benchmark's torch reduction
-// (NOTES, s17), so compare kernels here only with each other. Every call takes a new exchange tag and
+// plain read kernel: after it the dual kernel runs 3-8 % faster than after the benchmark's torch reduction,
+// whose large body evicts the dual kernel's code from the instruction caches (NOTES, s17, s22), so compare
+// kernels here only with each other. PROBE_FLUSH=code runs a ~6000-instruction kernel after the read, which
+// reproduces that cold case (s22: bf16 128x262144 50.7 -> 54.2-54.9 us). Every call takes a new exchange tag and
 // nothing is filled before it, as in the library (split_exchange.cuh). PROBE_SYNC=0 enqueues all calls back to back (default: each waited for).
 // Build and run from the repository root (sm_90):
 //   nvcc -O3 -std=c++17 --expt-relaxed-constexpr -arch=sm_90a -I csrc -o /tmp/dualrole_probe scripts/dualrole_probe/dualrole_probe.cu && /tmp/dualrole_probe
@@ -40,10 +42,29 @@ __global__ void flush_kernel(const uint4* buf, size_t n, unsigned* sink) {
   if (acc == 0x12345678u) *sink = acc;
 }
 
+// kN dependent FMAs as straight-line code (asm volatile: none merged or rolled into a loop).
+template <int kN> __device__ __forceinline__ void straight_fmas(float& x) {
+  if constexpr (kN == 1) {
+    asm volatile("fma.rn.f32 %0, %0, 0f3F800001, 0f3E800000;" : "+f"(x));
+  } else {
+    straight_fmas<kN / 2>(x);
+    straight_fmas<kN - kN / 2>(x);
+  }
+}
+
+// A kernel of ~6000 instructions (~96 KB of code): run after the flush, it evicts the next kernel's code from
+// the SMs' instruction caches, as a torch reduction or a GEMM does (NOTES, "s22 runs 5-8").
+__global__ void big_code_kernel(float* out) {
+  float x = threadIdx.x;
+  straight_fmas<6000>(x);
+  out[blockIdx.x * blockDim.x + threadIdx.x] = x;
+}
+
 struct Timer {
   const uint4* flush_buf;
   size_t flush_n;
   unsigned* sink;
+  float* code_out;  // non-null: big_code_kernel runs after each flush (PROBE_FLUSH=code)
   bool sync_each;  // wait for every call before enqueuing the next (else enqueue all, as common.Timer does)
   std::vector<cudaEvent_t> a, b;
   template <class F> float median(F&& f, int reps) {
@@ -56,6 +77,7 @@ struct Timer {
     }
     for (int r = 0; r < n; ++r) {
       flush_kernel<<<132 * 4, 512>>>(flush_buf, flush_n, sink);
+      if (code_out) big_code_kernel<<<132, 32>>>(code_out);
       CK(cudaEventRecord(a[r]));
       f();
       CK(cudaEventRecord(b[r]));
@@ -241,8 +263,13 @@ int main(int argc, char** argv) {
   CK(cudaMemset(fl, 1, flush_n * 16));
   // PROBE_SYNC=0: calls enqueued back to back, as benchmarks/common.Timer does (default: one at a time).
   const char* sync_env = std::getenv("PROBE_SYNC");
-  Timer tm{fl, flush_n, sink, !(sync_env && sync_env[0] == '0'), {}, {}};
-  std::printf("timing: %s\n", tm.sync_each ? "each call waited for" : "calls enqueued back to back");
+  const char* flush_env = std::getenv("PROBE_FLUSH");
+  float* code_out = nullptr;
+  if (flush_env && std::string(flush_env) == "code") CK(cudaMalloc(&code_out, 132 * 32 * sizeof(float)));
+  Timer tm{fl, flush_n, sink, code_out, !(sync_env && sync_env[0] == '0'), {}, {}};
+  std::printf("timing: %s; flush: plain read%s\n",
+              tm.sync_each ? "each call waited for" : "calls enqueued back to back",
+              code_out ? " + a ~6000-instruction kernel" : "");
   run_shape<float>(tm, 8, 4194304, 0, reps, sms);
   run_shape<float>(tm, 128, 262144, 0, reps, sms);
   run_shape<float>(tm, 1024, 32768, 0, reps, sms);

@@ -120,6 +120,13 @@ constexpr int kPipePieceBytes = 16 * 1024;
 constexpr int64_t kPipeItemOverheadBytes = 16 * 1024;
 template <typename T> constexpr int pipe_threads() { return kPipePieceBytes / static_cast<int>(sizeof(T)) / 32; }
 
+// What the chunk-count searches below minimize for rows cut into chunks of chunk_elems elements: rounds *
+// (chunk bytes + kPipeItemOverheadBytes), where a round is as many whole rows as `blocks` hold.
+template <typename T> int64_t chunking_cost(int64_t rows, int64_t len, int64_t chunk_elems, int64_t blocks) {
+  const int64_t rounds = ceil_div(rows, blocks / ceil_div(len, chunk_elems));  // rounding may leave fewer chunks
+  return rounds * (chunk_elems * static_cast<int64_t>(sizeof(T)) + kPipeItemOverheadBytes);
+}
+
 // Ring pieces of each of `per_sm` blocks sharing an SM's shared memory.
 int pipe_ring_pieces(size_t smem_optin, int per_sm) {
   return static_cast<int>(std::min<size_t>(kPipeMaxPieces, (smem_optin / per_sm - 2048) / kPipePieceBytes));
@@ -141,9 +148,8 @@ template <typename T> int64_t pipe_chunk_elems(int64_t len, int chunks, int ring
 
 // Chunks per row for the pipelined kernel: 1 when a row and two more pieces fit the ring (the next row
 // streams in while one is processed); else the count between the fewest whose chunks fit that way and the
-// resident blocks (a row's chunks must be co-resident) minimizing rounds * (chunk bytes + item overhead),
-// ties to more chunks (a deeper prefetch), with chunks cut as pipe_chunk_elems cuts them. 0 when rows are
-// too long for any count.
+// resident blocks (a row's chunks must be co-resident) minimizing chunking_cost, ties to more chunks (a deeper
+// prefetch), with chunks cut as pipe_chunk_elems cuts them. 0 when rows are too long for any count.
 template <typename T> int pipe_chunks(const RowsShape& s, int per_sm) {
   const int64_t row_bytes = s.len * static_cast<int64_t>(sizeof(T));
   const int ring_pieces = pipe_ring_pieces(s.smem_optin, per_sm);
@@ -154,9 +160,8 @@ template <typename T> int pipe_chunks(const RowsShape& s, int per_sm) {
   int best = 0;
   int64_t best_cost = 0;
   for (int64_t c = ceil_div(row_bytes, max_chunk); c <= blocks; ++c) {
-    const int64_t chunk_elems = pipe_chunk_elems<T>(s.len, static_cast<int>(c), ring_pieces);
-    const int64_t rounds = ceil_div(s.rows, blocks / ceil_div(s.len, chunk_elems));
-    const int64_t cost = rounds * (chunk_elems * static_cast<int64_t>(sizeof(T)) + kPipeItemOverheadBytes);
+    const int64_t cost =
+        chunking_cost<T>(s.rows, s.len, pipe_chunk_elems<T>(s.len, static_cast<int>(c), ring_pieces), blocks);
     if (best == 0 || cost <= best_cost) {
       best = static_cast<int>(c);
       best_cost = cost;
@@ -171,22 +176,19 @@ template <typename T> int64_t dual_chunk_elems(int64_t len, int64_t chunks) {
   return round_up(ceil_div(len, chunks), 128 / static_cast<int64_t>(sizeof(T)));
 }
 // The fewest chunks, except for 16-bit rows: there the count from the fewest up to twice as many (and at most
-// the SMs) that minimizes rounds * (chunk bytes + kPipeItemOverheadBytes), where a round is as many whole
-// rows as the SMs hold (the launch's grid is a multiple of the chunk count), ties to fewer. Why: the fewest
-// can leave SMs idle, e.g. bf16 32x3000000 in 46 chunks runs on 92 of 132 SMs and in 66 on all of them
-// (H100 through the op, s22: 160.4-161.6 us against 195.0-196.3); 8x4194304 in 64 chunks on 128 SMs, in 66 on
-// 132 (53.3 us against 54.1 in one sweep, within noise in another). fp32 keeps the fewest: its 8x4194304 in
-// 132 chunks ran 102.6 us against 101.0 (each row's exchange waits on more partials; NOTES "s22 run 2").
+// the SMs) that minimizes chunking_cost over the SMs (the launch's grid is a multiple of the chunk count),
+// ties to fewer. Why: the fewest can leave SMs idle, e.g. bf16 32x3000000 in 46 chunks runs on 92 of 132 SMs
+// and in 66 on all of them (H100 through the op, s22: 160.4-161.6 us against 195.0-196.3); 8x4194304 in 64
+// chunks on 128 SMs, in 66 on 132 (53.3 us against 54.1 in one sweep, within noise in another). fp32 keeps
+// the fewest: its 8x4194304 in 132 chunks ran 102.6 us against 101.0 (each row's exchange waits on more
+// partials; NOTES "s22 run 2").
 template <typename T> int64_t dual_chunks(int64_t rows, int64_t len, int sms) {
   const int64_t fewest = ceil_div(len * static_cast<int64_t>(sizeof(T)), kDualMaxItemBytes);
   if (sizeof(T) != 2 || fewest >= sms) return fewest;
   int64_t best = fewest;
   int64_t best_cost = 0;
   for (int64_t c = fewest; c <= std::min<int64_t>(2 * fewest, sms); ++c) {
-    const int64_t chunk_elems = dual_chunk_elems<T>(len, c);
-    const int64_t chunks = ceil_div(len, chunk_elems);  // rounding may leave fewer
-    const int64_t grid = std::min<int64_t>(sms / chunks, rows) * chunks;
-    const int64_t cost = ceil_div(rows * chunks, grid) * (chunk_elems * int64_t(sizeof(T)) + kPipeItemOverheadBytes);
+    const int64_t cost = chunking_cost<T>(rows, len, dual_chunk_elems<T>(len, c), sms);
     if (c == fewest || cost < best_cost) {
       best = c;
       best_cost = cost;

@@ -155,13 +155,14 @@ __device__ __forceinline__ void register_items(const PipeParams<T>& p, int64_t f
       row_state = exchange_row_state(p.exchange, p.chunks, span.row, item, row_state, scratch, team);
     }
     FAE_PHASE_STAMP(t, 1, (item - first_item) / step, 2);
-    if (!kSoftmaxOnly && p.output == SoftmaxOutput::LogSumExp) {
+    const SoftmaxOutput out = kSoftmaxOnly ? SoftmaxOutput::Softmax : p.output;
+    if (out == SoftmaxOutput::LogSumExp) {
       if (t == 0 && span.begin == 0) p.y[span.row] = from_acc<T>(row_lse(row_state));
       continue;
     }
-    const Epilogue<A> epi(kSoftmaxOnly ? SoftmaxOutput::Softmax : p.output, row_state, row_state.m);
+    const Epilogue<A> epi(out, row_state, row_state.m);
     T* y = p.y + span.row * p.len + span.begin;
-    if (kSoftmaxOnly || p.output == SoftmaxOutput::Softmax) {
+    if (out == SoftmaxOutput::Softmax) {
       store_registers<T, true>(y, raw, nvec, t, epi, row_state.m);
     } else {
       store_registers<T, false>(y, raw, nvec, t, epi, row_state.m);

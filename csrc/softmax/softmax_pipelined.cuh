@@ -214,12 +214,13 @@ __device__ __forceinline__ void ring_items(const PipeParams<T>& p, int64_t first
     }
     FAE_PHASE_STAMP(t, 0, (item - first_item) / step, 2);
 
-    if (!kSoftmaxOnly && p.output == SoftmaxOutput::LogSumExp) {
+    const SoftmaxOutput out = kSoftmaxOnly ? SoftmaxOutput::Softmax : p.output;
+    if (out == SoftmaxOutput::LogSumExp) {
       if (t == 0 && span.begin == 0) p.y[span.row] = from_acc<T>(row_lse(row_state));
     } else {
-      const Epilogue<A> epi(kSoftmaxOnly ? SoftmaxOutput::Softmax : p.output, row_state, row_state.m);
+      const Epilogue<A> epi(out, row_state, row_state.m);
       T* y = p.y + span.row * p.len + span.begin;
-      if (kSoftmaxOnly || p.output == SoftmaxOutput::Softmax) {
+      if (out == SoftmaxOutput::Softmax) {
         store_item<T, true, kEvictFirst>(y, ring, base, ring_vecs, nvec, t, nt, epi, row_state.m);
       } else {
         store_item<T, false, kEvictFirst>(y, ring, base, ring_vecs, nvec, t, nt, epi, row_state.m);

@@ -150,10 +150,8 @@ __device__ __forceinline__ void register_items(const PipeParams<T>& p, int64_t f
       for (int j = 0; j < kVec; ++j) d += e(w[j]);
     }
     FAE_PHASE_STAMP(t, 1, (item - first_item) / step, 1);
-    OnlineState<A> row_state = block_allreduce(OnlineState<A>{m, d}, MergeOp{}, empty_state<A>(), scratch, team);
-    if (p.chunks > 1) {
-      row_state = exchange_row_state(p.exchange, p.chunks, span.row, item, row_state, scratch, team);
-    }
+    const OnlineState<A> row_state =
+        reduce_row_state(p.exchange, p.chunks, span.row, item, OnlineState<A>{m, d}, scratch, team);
     FAE_PHASE_STAMP(t, 1, (item - first_item) / step, 2);
     const SoftmaxOutput out = kSoftmaxOnly ? SoftmaxOutput::Softmax : p.output;
     if (out == SoftmaxOutput::LogSumExp) {
@@ -177,7 +175,7 @@ __device__ __forceinline__ void register_items(const PipeParams<T>& p, int64_t f
 // p.ring_pieces pieces. Block: kThreads = the ring role (threads [0, 128), rounds 0, 2, 4, ...) + the
 // register role (threads [128, 640), rounds 1, 3, 5, ...). Dynamic shared memory: the ring.
 // Deadlock freedom: each role's items ascend and its rows' chunks lie in one of its rounds, so the
-// induction of exchange_row_state holds per role; the roles wait on nothing of each other's except the
+// induction of reduce_row_state holds per role; the roles wait on nothing of each other's except the
 // start barrier, which the ring role passes while folding its first item, before any exchange (every block
 // has one: gridDim.x <= items).
 // kSoftmaxOnly: launched for p.output == Softmax only, with the log_softmax and logsumexp epilogues compiled
@@ -190,7 +188,7 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_dual_rows_kernel(const Pi
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(128) uint4 ring[];
   __shared__ uint64_t bars[kPipeMaxPieces];
-  __shared__ OnlineState<acc_t<T>> s_ring[32], s_reg[32];
+  __shared__ OnlineState<acc_t<T>> s_ring[kRowScratch], s_reg[kRowScratch];
   pipe::init_ring_barriers(bars, p.ring_pieces);
   const int64_t step = 2 * static_cast<int64_t>(gridDim.x);
   if (threadIdx.x < kRingThreads) {

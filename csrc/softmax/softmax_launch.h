@@ -77,7 +77,7 @@ template <typename T> struct PipeParams {
   int64_t rows;
   int64_t len;
   int64_t chunk_elems;     // multiple of the vector; (chunks - 1) * chunk_elems < len <= chunks * chunk_elems
-  int chunks;              // blocks per row; > 1: the row's (m, d) is exchanged (exchange_row_state)
+  int chunks;              // blocks per row; > 1: the row's (m, d) is exchanged (reduce_row_state)
   int piece_elems;         // multiple of the vector
   int ring_pieces;         // <= kPipeMaxPieces, >= pieces of one item + 1
   SoftmaxOutput output;

@@ -208,10 +208,7 @@ __device__ __forceinline__ void ring_items(const PipeParams<T>& p, int64_t first
     }
     if (item == first_item && pieces <= start.piece) start.arrive();
     FAE_PHASE_STAMP(t, 0, (item - first_item) / step, 1);
-    OnlineState<A> row_state = block_allreduce(state, MergeOp{}, empty_state<A>(), scratch, team);
-    if (p.chunks > 1) {
-      row_state = exchange_row_state(p.exchange, p.chunks, span.row, item, row_state, scratch, team);
-    }
+    const OnlineState<A> row_state = reduce_row_state(p.exchange, p.chunks, span.row, item, state, scratch, team);
     FAE_PHASE_STAMP(t, 0, (item - first_item) / step, 2);
 
     const SoftmaxOutput out = kSoftmaxOnly ? SoftmaxOutput::Softmax : p.output;
@@ -248,7 +245,7 @@ __global__ void __launch_bounds__(kPipeMaxThreads, 1) softmax_pipelined_rows_ker
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(128) uint4 ring[];
   __shared__ uint64_t bars[kPipeMaxPieces];
-  __shared__ OnlineState<acc_t<T>> s_state[32];
+  __shared__ OnlineState<acc_t<T>> s_state[kRowScratch];
   init_ring_barriers(bars, p.ring_pieces);
   ring_items<T>(p, blockIdx.x, gridDim.x, BlockTeam{}, ring, bars, s_state);
 #endif

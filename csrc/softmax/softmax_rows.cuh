@@ -73,7 +73,7 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? 0 : 3) softmax_wa
 //            [0, kVpt) in registers and [kVpt, kVpt + smem_vecs) raw in dynamic shared memory (cp.async),
 //   scalar:  nt * kVpt * kVec elements in registers (smem_vecs is ignored).
 // chunks == 1: block-per-row, no workspace. chunks > 1: split-row, always online; each block publishes its
-// chunk's (m, d) and merges the row's partials (exchange_row_state) before normalizing from on-chip data.
+// chunk's (m, d) and merges the row's partials (reduce_row_state) before normalizing from on-chip data.
 // Bounds (1024, 1): at most 64 registers, so two 512-thread split blocks share an SM; without the explicit 1,
 // ptxas for sm_80 traded small spills for more occupancy.
 template <typename T, int kVpt, bool kAligned>
@@ -82,7 +82,7 @@ __global__ void __launch_bounds__(kMaxBlockThreads, 1) softmax_block_rows_kernel
   constexpr int kVec = RowsTraits<T>::kVec;
   extern __shared__ uint4 s_chunk[];  // slot kVpt + k of thread t at s_chunk[k * nt + t]; own slots only
   __shared__ A s_val[32];
-  __shared__ OnlineState<A> s_state[32];
+  __shared__ OnlineState<A> s_state[kRowScratch];
   const int t = threadIdx.x;
   const int nt = blockDim.x;
   const int smem_vecs = kAligned ? p.smem_vecs : 0;
@@ -127,10 +127,7 @@ __global__ void __launch_bounds__(kMaxBlockThreads, 1) softmax_block_rows_kernel
     }
     OnlineState<A> row_state;
     if (online) {
-      row_state = block_allreduce(OnlineState<A>{ref, local_sum}, MergeOp{}, empty_state<A>(), s_state);
-      if (p.chunks > 1) {
-        row_state = exchange_row_state(p.exchange, p.chunks, row, item, row_state, s_state);
-      }
+      row_state = reduce_row_state(p.exchange, p.chunks, row, item, OnlineState<A>{ref, local_sum}, s_state);
     } else {
       row_state = {ref, block_allreduce(local_sum, SumOp{}, A(0), s_val)};
     }

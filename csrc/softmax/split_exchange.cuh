@@ -1,6 +1,6 @@
 #pragma once
-// The exchange of a split row: every block holding one chunk of a row publishes its chunk's (m, d) and
-// merges the partials of all the row's chunks. Used by the split-row block kernel (softmax_rows.cuh), the
+// The reduction of a row's (m, d) over a team and, for a split row, the exchange: every block holding one
+// chunk of a row publishes its chunk's (m, d) and merges the partials of all the row's chunks. Used by the split-row block kernel (softmax_rows.cuh), the
 // pipelined kernel (softmax_pipelined.cuh) and the dual kernel (softmax_dual.cuh). The workspace layout is
 // RowExchange's (softmax_launch.h); the host side is SplitWorkspace (softmax_cuda.cu).
 #include "softmax/online_math.cuh"
@@ -36,11 +36,40 @@ __device__ __forceinline__ int load_acquire(const int* counter) {
   return v;
 }
 
-// Publishes this block's (m, d) for its chunk (item = row * chunks + chunk), waits until every chunk of the
-// row has published, then merges the row's partials. Every block of the row merges the same values in the
-// same order, so they all normalize with bitwise-identical statistics. The team's last thread publishes:
-// in the ring role thread 0 issues the bulk copies, and a publish from that thread waited behind them
-// (probe s14: 7.7 us with 8 pieces in flight against 5.1-5.9 from another warp).
+// Polls the published partials of one row (row_partials: its first chunk's), lane c the chunks c, c + 32, ...
+// one at a time, and merges them in that order: the merge tree depends on the chunk count alone. (Four polls
+// in flight per lane made the dual kernel spill: its register role holds its item across this call.)
+template <typename A>
+__device__ __forceinline__ OnlineState<A> merge_published(const uint64_t* row_partials, int chunks, int lane,
+                                                          uint32_t tag) {
+  OnlineState<A> acc = empty_state<A>();
+  for (int c = lane; c < chunks; c += 32) {
+    uint64_t m_word, d_word;
+    load_relaxed_pair(row_partials + 2 * c, m_word, d_word);
+    while (static_cast<uint32_t>(m_word >> 32) != tag || static_cast<uint32_t>(d_word >> 32) != ~tag) {
+      __nanosleep(32);
+      load_relaxed_pair(row_partials + 2 * c, m_word, d_word);
+    }
+    acc = merge(acc, OnlineState<A>{__uint_as_float(static_cast<uint32_t>(m_word)),
+                                    __uint_as_float(static_cast<uint32_t>(d_word))});
+  }
+  return acc;
+}
+
+// Shared-memory states reduce_row_state needs: one per warp and the result.
+constexpr int kRowScratch = 33;
+
+// The (m, d) of a row from each thread's own state: the team's (block's or role's) reduction and, for a split
+// row (chunks > 1, item = row * chunks + chunk), the exchange: publish this chunk's state, wait until every
+// chunk of the row has published, merge the row's partials. Every block of the row merges the same values in
+// the same order, so they all normalize with bitwise-identical statistics. The team's last thread
+// publishes: in the ring role thread 0 issues the bulk copies, and a publish from that thread waited behind
+// them (probe s14: 7.7 us with 8 pieces in flight against 5.1-5.9 from another warp).
+// Float accumulators: the warps reduce their lanes into scratch[0, warps); the team's last warp alone merges
+// those, publishes, polls and merges the row, and leaves the result in scratch[32] for the team. Why: one
+// warp between the team's barriers instead of two all-reduces of the whole team, each with its own barriers
+// (H100 probe s24: bf16 split rows 1.5-2 us faster, 128x262144 52.5 -> 50.5 us after a big-code kernel).
+// Double accumulators: the team all-reduces, and the partials are ordered by a release / acquire counter.
 // Deadlock freedom (the host guarantees chunks <= gridDim.x and a cooperative launch, so all blocks are
 // resident): blocks take items in increasing order (item = blockIdx.x + i * gridDim.x) and publish before
 // they wait. By induction over rows: once every item of rows < r is done, each block owning an item of row
@@ -48,46 +77,49 @@ __device__ __forceinline__ int load_acquire(const int* counter) {
 // gridDim.x) and publishes, so every partial of row r is written and every waiter of row r proceeds.
 // Nothing else a block waits for (its own copies) depends on another block.
 // `team` is the whole block, or in the dual kernel one role's warps: every thread of the team calls it.
+// scratch: kRowScratch states, free again when this returns.
 template <typename A, typename Team = BlockTeam>
-__device__ __forceinline__ OnlineState<A> exchange_row_state(const RowExchange& ex, int chunks, int64_t row,
-                                                             int64_t item, OnlineState<A> mine,
-                                                             OnlineState<A>* scratch, Team team = {}) {
-  const bool publisher = team.rank() == team.size() - 1;
-  const int64_t first_item = row * chunks;
-  OnlineState<A> acc = empty_state<A>();
+__device__ __forceinline__ OnlineState<A> reduce_row_state(const RowExchange& ex, int chunks, int64_t row,
+                                                           int64_t item, OnlineState<A> v, OnlineState<A>* scratch,
+                                                           Team team = {}) {
   if constexpr (sizeof(A) == 4) {
-    const uint32_t m_tag = ex.tag, d_tag = ~ex.tag;
-    if (publisher) {
-      store_relaxed_pair(ex.partials + 2 * item, uint64_t(m_tag) << 32 | __float_as_uint(mine.m),
-                         uint64_t(d_tag) << 32 | __float_as_uint(mine.d));
-    }
-    // Each thread polls its own partials; block_allreduce's barriers separate the scratch uses around it.
-    for (int c = team.rank(); c < chunks; c += team.size()) {
-      const uint64_t* const partial = ex.partials + 2 * (first_item + c);
-      uint64_t m_word, d_word;
-      load_relaxed_pair(partial, m_word, d_word);
-      while (static_cast<uint32_t>(m_word >> 32) != m_tag || static_cast<uint32_t>(d_word >> 32) != d_tag) {
-        __nanosleep(32);
-        load_relaxed_pair(partial, m_word, d_word);
+    const int lane = team.rank() & 31;
+    const int warp = team.rank() >> 5;
+    const int warps = team.size() >> 5;
+    v = warp_allreduce(v, MergeOp{});
+    if (lane == 0) scratch[warp] = v;
+    team.sync();
+    if (warp == warps - 1) {
+      v = warp_allreduce(lane < warps ? scratch[lane] : empty_state<A>(), MergeOp{});
+      if (chunks > 1) {
+        if (lane == 31) {
+          store_relaxed_pair(ex.partials + 2 * item, uint64_t(ex.tag) << 32 | __float_as_uint(v.m),
+                             uint64_t(~ex.tag) << 32 | __float_as_uint(v.d));
+        }
+        v = warp_allreduce(merge_published<A>(ex.partials + 2 * row * chunks, chunks, lane, ex.tag), MergeOp{});
       }
-      acc = merge(acc, OnlineState<A>{__uint_as_float(static_cast<uint32_t>(m_word)),
-                                      __uint_as_float(static_cast<uint32_t>(d_word))});
+      if (lane == 0) scratch[32] = v;
     }
+    team.sync();
+    return scratch[32];
   } else {
+    v = block_allreduce(v, MergeOp{}, empty_state<A>(), scratch, team);
+    if (chunks == 1) return v;
     A* const partials = reinterpret_cast<A*>(ex.partials);
-    if (publisher) {
-      __stcg(partials + 2 * item, mine.m);
-      __stcg(partials + 2 * item + 1, mine.d);
+    if (team.rank() == team.size() - 1) {
+      __stcg(partials + 2 * item, v.m);
+      __stcg(partials + 2 * item + 1, v.d);
       arrive_release(ex.counters + row);
       while (load_acquire(ex.counters + row) < chunks) __nanosleep(32);
     }
     team.sync();
+    OnlineState<A> acc = empty_state<A>();
     for (int c = team.rank(); c < chunks; c += team.size()) {
-      acc = merge(acc, OnlineState<A>{__ldcg(partials + 2 * (first_item + c)),
-                                      __ldcg(partials + 2 * (first_item + c) + 1)});
+      acc = merge(acc, OnlineState<A>{__ldcg(partials + 2 * (row * chunks + c)),
+                                      __ldcg(partials + 2 * (row * chunks + c) + 1)});
     }
+    return block_allreduce(acc, MergeOp{}, empty_state<A>(), scratch, team);
   }
-  return block_allreduce(acc, MergeOp{}, empty_state<A>(), scratch, team);
 }
 
 }  // namespace softmax

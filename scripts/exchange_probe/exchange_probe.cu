@@ -4,9 +4,10 @@
 // (cooperative launch), `rounds` exchanges back to back, each on fresh counters / slots. Reported latency: a
 // block's done time minus the round's last publish (globaltimer, 0.256 us steps on the H100).
 // Variants:
-//   0 the library's exchange_row_state (split_exchange.cuh; in s14: partials by st.cg, counter red.release,
+//   0 the library's exchange (split_exchange.cuh; in s14: partials by st.cg, counter red.release,
 //     spin ld.acquire with nanosleep, partials by ld.cg; in s20: variant 1's words with a relaxed counter;
-//     since s21: tagged 16-byte partials that every thread polls, nothing filled but a zeroing per launch)
+//     since s21: tagged 16-byte partials that every thread polls, nothing filled but a zeroing per launch;
+//     since s24: reduce_row_state, the block's last warp publishes, polls and merges)
 //   1 self-flagged 64-bit partials (m, d packed) in a slot set filled with all-ones; every thread polls its
 //     slots with ld.relaxed until written: one round trip after the last publish
 //   2 as 1 but warp 0 alone polls (lanes over the slots) and broadcasts through shared memory
@@ -100,7 +101,7 @@ __global__ void __launch_bounds__(128, 1) probe(Args a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(128) unsigned char ring[];
   __shared__ __align__(8) uint64_t bar;
-  __shared__ State scratch[32];
+  __shared__ State scratch[kRowScratch];
   __shared__ int s_old;
   __shared__ unsigned long long s_res;
   const int t = threadIdx.x, nt = blockDim.x, b = blockIdx.x;
@@ -132,7 +133,9 @@ __global__ void __launch_bounds__(128, 1) probe(Args a) {
     if (t == pub) a.t_pub[base + b] = gtime();
     State row = empty_state<float>();
     if (a.variant == 0) {
-      row = exchange_row_state(RowExchange{a.lib_partials, nullptr, 1u}, G, r, base + b, mine, scratch);
+      // The block's state is thread 0's (the others' empty states merge exactly to it).
+      row = reduce_row_state(RowExchange{a.lib_partials, nullptr, 1u}, G, r, base + b,
+                             t == 0 ? mine : empty_state<float>(), scratch);
     } else if (a.variant == 1 || a.variant == 2) {
       if (t == pub) st_relaxed64(a.slots + base + b, pack(mine));
       if (a.variant == 1) {

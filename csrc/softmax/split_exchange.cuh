@@ -36,14 +36,14 @@ __device__ __forceinline__ int load_acquire(const int* counter) {
   return v;
 }
 
-// Polls the published partials of one row (row_partials: its first chunk's), lane c the chunks c, c + 32, ...
-// one at a time, and merges them in that order: the merge tree depends on the chunk count alone. (Four polls
-// in flight per lane made the dual kernel spill: its register role holds its item across this call.)
+// Polls the published partials of one row (row_partials: its first chunk's) one at a time, lane c of a warp the
+// chunks g * 32 + c of the groups g = first, first + stride, ..., and merges them in that order.
 template <typename A>
-__device__ __forceinline__ OnlineState<A> merge_published(const uint64_t* row_partials, int chunks, int lane,
-                                                          uint32_t tag) {
+__device__ __forceinline__ OnlineState<A> merge_published(const uint64_t* row_partials, int chunks, int first,
+                                                          int stride, int lane, uint32_t tag) {
   OnlineState<A> acc = empty_state<A>();
-  for (int c = lane; c < chunks; c += 32) {
+#pragma unroll 1
+  for (int c = first * 32 + lane; c < chunks; c += stride * 32) {
     uint64_t m_word, d_word;
     load_relaxed_pair(row_partials + 2 * c, m_word, d_word);
     while (static_cast<uint32_t>(m_word >> 32) != tag || static_cast<uint32_t>(d_word >> 32) != ~tag) {
@@ -56,8 +56,10 @@ __device__ __forceinline__ OnlineState<A> merge_published(const uint64_t* row_pa
   return acc;
 }
 
-// Shared-memory states reduce_row_state needs: one per warp and the result.
-constexpr int kRowScratch = 33;
+// Warps that poll a split row's partials (groups of 32 chunks; kRowPollers at most), and the shared-memory
+// states reduce_row_state needs: one per warp, the result of a whole row, one per polling warp.
+constexpr int kRowPollers = 8;
+constexpr int kRowScratch = 33 + kRowPollers;
 
 // The (m, d) of a row from each thread's own state: the team's (block's or role's) reduction and, for a split
 // row (chunks > 1, item = row * chunks + chunk), the exchange: publish this chunk's state, wait until every
@@ -65,17 +67,25 @@ constexpr int kRowScratch = 33;
 // the same order, so they all normalize with bitwise-identical statistics. The team's last thread
 // publishes: in the ring role thread 0 issues the bulk copies, and a publish from that thread waited behind
 // them (probe s14: 7.7 us with 8 pieces in flight against 5.1-5.9 from another warp).
-// Float accumulators: the warps reduce their lanes into scratch[0, warps); the team's last warp alone merges
-// those, publishes, polls and merges the row, and leaves the result in scratch[32] for the team. Why: one
-// warp between the team's barriers instead of two all-reduces of the whole team, each with its own barriers
-// (H100 probe s24: bf16 split rows 1.5-2 us faster, 128x262144 52.5 -> 50.5 us after a big-code kernel).
+// Float accumulators: the warps reduce their lanes into scratch[0, warps); after one barrier the team's last
+// warp merges those (whole rows: into scratch[32]) and publishes; then the last min(groups, warps,
+// kRowPollers) warps poll the row's partials (groups of 32 chunks), poller p = warps - 1 - warp the groups
+// p, p + pollers, ..., each into scratch[33 + p]; after a second barrier every thread merges the pollers'
+// states in order. Why: two barriers and a few warps instead of two all-reduces of the whole team, each with
+// its own two barriers (H100 probe s24: bf16 split rows 1.5-2 us faster, 128x262144 52.5 -> 50.5 us after a
+// big-code kernel). More than one poller for long rows: the last warp alone polling 4 partials per lane in
+// turn cost fp32 8x4194304 (128 chunks) 1-3 us. The loops stay rolled and the publishing warp polls group 0
+// itself: with the polls from warp 0 and both loops unrolled (~460 more instructions in the dual kernel),
+// bf16 4-chunk rows ran 1.3-1.5 us slower after a big-code kernel; as here, within 0.4 us of one poller.
+// The merge order depends on the chunk count and the team size, and a row's blocks all have the same.
 // Double accumulators: the team all-reduces, and the partials are ordered by a release / acquire counter.
 // Deadlock freedom (the host guarantees chunks <= gridDim.x and a cooperative launch, so all blocks are
 // resident): blocks take items in increasing order (item = blockIdx.x + i * gridDim.x) and publish before
 // they wait. By induction over rows: once every item of rows < r is done, each block owning an item of row
 // r reaches it (its previous item, at most gridDim.x earlier, lies in an earlier row since chunks <=
 // gridDim.x) and publishes, so every partial of row r is written and every waiter of row r proceeds.
-// Nothing else a block waits for (its own copies) depends on another block.
+// Nothing else a block waits for (its own copies) depends on another block; the publish of the team's last
+// warp does not wait for the polling warps.
 // `team` is the whole block, or in the dual kernel one role's warps: every thread of the team calls it.
 // scratch: kRowScratch states, free again when this returns.
 template <typename A, typename Team = BlockTeam>
@@ -86,22 +96,30 @@ __device__ __forceinline__ OnlineState<A> reduce_row_state(const RowExchange& ex
     const int lane = team.rank() & 31;
     const int warp = team.rank() >> 5;
     const int warps = team.size() >> 5;
+    const int pollers = chunks > 1 ? min(min((chunks + 31) / 32, warps), kRowPollers) : 0;
     v = warp_allreduce(v, MergeOp{});
     if (lane == 0) scratch[warp] = v;
     team.sync();
     if (warp == warps - 1) {
       v = warp_allreduce(lane < warps ? scratch[lane] : empty_state<A>(), MergeOp{});
-      if (chunks > 1) {
-        if (lane == 31) {
-          store_relaxed_pair(ex.partials + 2 * item, uint64_t(ex.tag) << 32 | __float_as_uint(v.m),
-                             uint64_t(~ex.tag) << 32 | __float_as_uint(v.d));
-        }
-        v = warp_allreduce(merge_published<A>(ex.partials + 2 * row * chunks, chunks, lane, ex.tag), MergeOp{});
+      if (chunks == 1 && lane == 0) scratch[32] = v;
+      if (chunks > 1 && lane == 31) {
+        store_relaxed_pair(ex.partials + 2 * item, uint64_t(ex.tag) << 32 | __float_as_uint(v.m),
+                           uint64_t(~ex.tag) << 32 | __float_as_uint(v.d));
       }
-      if (lane == 0) scratch[32] = v;
+    }
+    const int poller = warps - 1 - warp;  // the publishing warp polls too, after its publish
+    if (poller < pollers) {
+      v = merge_published<A>(ex.partials + 2 * row * chunks, chunks, poller, pollers, lane, ex.tag);
+      v = warp_allreduce(v, MergeOp{});
+      if (lane == 0) scratch[33 + poller] = v;
     }
     team.sync();
-    return scratch[32];
+    if (chunks == 1) return scratch[32];
+    v = scratch[33];
+#pragma unroll 1
+    for (int w = 1; w < pollers; ++w) v = merge(v, scratch[33 + w]);
+    return v;
   } else {
     v = block_allreduce(v, MergeOp{}, empty_state<A>(), scratch, team);
     if (chunks == 1) return v;

@@ -1,7 +1,8 @@
 #pragma once
 // The reduction of a row's (m, d) over a team and, for a split row, the exchange: every block holding one
-// chunk of a row publishes its chunk's (m, d) and merges the partials of all the row's chunks. Used by the split-row block kernel (softmax_rows.cuh), the
-// pipelined kernel (softmax_pipelined.cuh) and the dual kernel (softmax_dual.cuh). The workspace layout is
+// chunk of a row publishes its chunk's (m, d) and merges the partials of all the row's chunks. Used by the
+// split-row block kernel (softmax_rows.cuh), the pipelined kernel (softmax_pipelined.cuh) and the dual kernel
+// (softmax_dual.cuh). The workspace layout is
 // RowExchange's (softmax_launch.h); the host side is SplitWorkspace (softmax_cuda.cu).
 #include "softmax/online_math.cuh"
 
@@ -36,8 +37,8 @@ __device__ __forceinline__ int load_acquire(const int* counter) {
   return v;
 }
 
-// Polls the published partials of one row (row_partials: its first chunk's) one at a time, lane c of a warp the
-// chunks g * 32 + c of the groups g = first, first + stride, ..., and merges them in that order.
+// Polls the published partials of one row (row_partials: its first chunk's) one at a time, lane c of a warp
+// the chunks g * 32 + c of the groups g = first, first + stride, ..., and merges them in that order.
 template <typename A>
 __device__ __forceinline__ OnlineState<A> merge_published(const uint64_t* row_partials, int chunks, int first,
                                                           int stride, int lane, uint32_t tag) {

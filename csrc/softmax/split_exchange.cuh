@@ -78,6 +78,8 @@ constexpr int kRowScratch = 33 + kRowPollers;
 // turn cost fp32 8x4194304 (128 chunks) 1-3 us. The loops stay rolled and the publishing warp polls group 0
 // itself: with the polls from warp 0 and both loops unrolled (~460 more instructions in the dual kernel),
 // bf16 4-chunk rows ran 1.3-1.5 us slower after a big-code kernel; as here, within 0.4 us of one poller.
+// Whole rows (chunks == 1) take the same path rather than a block_allreduce beside it: the kernels pick
+// chunks at run time, so both would be compiled in, and the dual kernel's code size costs it in the cold case.
 // The merge order depends on the chunk count and the team size, and a row's blocks all have the same.
 // Double accumulators: the team all-reduces, and the partials are ordered by a release / acquire counter.
 // Deadlock freedom (the host guarantees chunks <= gridDim.x and a cooperative launch, so all blocks are

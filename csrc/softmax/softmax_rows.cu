@@ -13,21 +13,24 @@ namespace {
 
 template <typename T> using RowsKernel = void (*)(RowsParams<T>);
 
-template <typename T, int kVpl> RowsKernel<T> warp_kernel(bool aligned) {
+// safe_softmax: the aligned instantiation specialized for softmax with the max-then-sum reduction
+// (softmax_warp_rows_kernel's kSafeSoftmax); scalar rows keep the general one.
+template <typename T, int kVpl> RowsKernel<T> warp_kernel(bool aligned, bool safe_softmax) {
   if constexpr (kVpl <= RowsTraits<T>::kMaxVpt) {
-    return aligned ? softmax_warp_rows_kernel<T, kVpl, true> : softmax_warp_rows_kernel<T, kVpl, false>;
+    if (!aligned) return softmax_warp_rows_kernel<T, kVpl, false>;
+    return safe_softmax ? softmax_warp_rows_kernel<T, kVpl, true, true> : softmax_warp_rows_kernel<T, kVpl, true>;
   } else {
     return nullptr;
   }
 }
 
-template <typename T> RowsKernel<T> select_warp_kernel(int vpl, bool aligned) {
+template <typename T> RowsKernel<T> select_warp_kernel(int vpl, bool aligned, bool safe_softmax) {
   RowsKernel<T> k = nullptr;
   switch (vpl) {
-    case 1: k = warp_kernel<T, 1>(aligned); break;
-    case 2: k = warp_kernel<T, 2>(aligned); break;
-    case 4: k = warp_kernel<T, 4>(aligned); break;
-    case 8: k = warp_kernel<T, 8>(aligned); break;
+    case 1: k = warp_kernel<T, 1>(aligned, safe_softmax); break;
+    case 2: k = warp_kernel<T, 2>(aligned, safe_softmax); break;
+    case 4: k = warp_kernel<T, 4>(aligned, safe_softmax); break;
+    case 8: k = warp_kernel<T, 8>(aligned, safe_softmax); break;
     default: break;
   }
   TORCH_CHECK(k != nullptr, "flash_attn_ext softmax: no warp-per-row kernel for ", vpl, " vectors per lane");
@@ -50,7 +53,8 @@ template <typename T> RowsKernel<T> select_block_kernel(int vpt, bool aligned) {
 
 template <typename T>
 void launch_warp_rows(const RowsParams<T>& p, int vpl, bool aligned, int grid, cudaStream_t stream) {
-  select_warp_kernel<T>(vpl, aligned)<<<grid, kWarpRowsThreads, 0, stream>>>(p);
+  const bool safe_softmax = p.output == SoftmaxOutput::Softmax && !p.online;
+  select_warp_kernel<T>(vpl, aligned, safe_softmax)<<<grid, kWarpRowsThreads, 0, stream>>>(p);
   FAE_LAUNCH_CHECK();
 }
 

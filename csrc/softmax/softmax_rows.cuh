@@ -20,7 +20,11 @@ namespace softmax {
 // xor-shuffles inside the team. Teams past the last row run the shuffles (the warp must) but touch no memory.
 // Register bound: ptxas left alone keeps the vector variants spill-free at <= 48 registers, but spilled the
 // 32-scalar variants; 3 blocks per SM (<= 80 registers) keeps those out of local memory.
-template <typename T, int kVpl, bool kAligned>
+// kSafeSoftmax: launched only for softmax with the max-then-sum reduction (what "auto" runs on these rows),
+// so neither the output nor the reduction is a run-time choice. Why: in a one-wave call every instruction
+// between the loads and the stores shows (the run-time output costs a select per element); H100 probe
+// s25, bf16 65536x128: 12.6-12.8 us against 12.8-13.2 (a same-size copy 12.2-12.4).
+template <typename T, int kVpl, bool kAligned, bool kSafeSoftmax = false>
 __global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? 0 : 3) softmax_warp_rows_kernel(const RowsParams<T> p) {
   using A = acc_t<T>;
   constexpr int kVec = RowsTraits<T>::kVec;
@@ -32,7 +36,9 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? 0 : 3) softmax_wa
   const int li = threadIdx.x & (lanes - 1);
   const int team = threadIdx.x >> lanes_log2;
   const int rows_per_block = kWarpRowsThreads >> lanes_log2;
-  const bool keep_terms = p.output == SoftmaxOutput::Softmax;
+  const SoftmaxOutput output = kSafeSoftmax ? SoftmaxOutput::Softmax : p.output;
+  const bool online = kSafeSoftmax ? false : p.online;
+  const bool keep_terms = output == SoftmaxOutput::Softmax;
 
   for (int64_t first_row = static_cast<int64_t>(blockIdx.x) * rows_per_block; first_row < p.rows;
        first_row += static_cast<int64_t>(gridDim.x) * rows_per_block) {
@@ -45,20 +51,20 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? 0 : 3) softmax_wa
     load_group<T, kVpl, kAligned>(p.x + offset, len, 0, lanes, li, v);
     const A local_max = max_of(v);
     // The terms are taken against the lane's own max (online) or the row max (safe).
-    const A ref = p.online ? local_max : warp_allreduce(local_max, MaxOp{}, lanes);
+    const A ref = online ? local_max : warp_allreduce(local_max, MaxOp{}, lanes);
     const A local_sum = sum_rescaled<kAligned && kFastExp<T>>(v, ref, keep_terms);
     OnlineState<A> row_state;
-    if (p.online) {
+    if (online) {
       row_state = warp_allreduce(OnlineState<A>{ref, local_sum}, MergeOp{}, lanes);
     } else {
       row_state = {ref, warp_allreduce(local_sum, SumOp{}, lanes)};
     }
 
-    if (p.output == SoftmaxOutput::LogSumExp) {
+    if (output == SoftmaxOutput::LogSumExp) {
       if (valid && li == 0) p.y[row] = from_acc<T>(row_lse(row_state));
       continue;
     }
-    const Epilogue<A, kFastExp<T>> epi(p.output, row_state, ref);
+    const Epilogue<A, kFastExp<T>> epi(output, row_state, ref);
 #pragma unroll
     for (int s = 0; s < kVpl; ++s)
 #pragma unroll

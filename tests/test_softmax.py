@@ -388,6 +388,54 @@ def test_cuda_graph_capture_replay(shape, dim, dtype):
         check_against_reference(out[2], logsumexp_ref(new_x, dim), torch.logsumexp(new_x, dim), dtype, "logsumexp")
 
 
+# Elementwise relative bound for 16-bit outputs of rows of large magnitude: one rounding (2^-8 bf16, 2^-11
+# fp16 relative) plus the kernels' own error; below the dtype's smallest normal, an absolute bound.
+LARGE_ROW_TOL = {torch.bfloat16: (2**-8 + 1e-3, 2**-126), torch.float16: (2**-11 + 3e-4, 2**-14)}
+
+
+def large_magnitude_rows(shape, dtype):
+    """randn * 3 around a per-row offset: 0, +-300, +-3000 (where m log2(e) rounded to fp32 is off by up to
+    2^-12), and rows of a few distinct values near 6e4 (fp16) or 1e30, -1e30, 2.5e38 (bf16: beyond 2^64 and
+    near the largest finite value, where only the elements equal to the row max count)."""
+    rows, n = shape
+    offsets = [0.0, 300.0, -3000.0, 3000.0, -300.0]
+    offsets += [1e30, -1e30, 2.5e38] if dtype == torch.bfloat16 else [6e4]
+    x = torch.randn(shape, device="cuda") * 3
+    for r in range(rows):
+        off = offsets[r % len(offsets)]
+        if abs(off) > 1e4:
+            x[r] = off * (1 + 2**-7 * torch.randint(0, 4, (n,), device="cuda"))
+        else:
+            x[r] += off
+    return x.to(dtype)
+
+
+@pytest.mark.cuda
+@requires_cuda
+@pytest.mark.parametrize("shape", [(8, 2_097_152), (3, 1_000_000), (300, 20000)], ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_large_magnitude_rows_cuda(dtype, shape):
+    # Long 16-bit rows through the split-row kernels (dual: 8 x 2_097_152; pipelined: split, whole), whose
+    # exponentials fold the max into one FFMA (FusedExp2): every row against fp64 and torch, and every output
+    # element against fp64 within LARGE_ROW_TOL.
+    x = large_magnitude_rows(shape, dtype)
+    rtol, atol = LARGE_ROW_TOL[dtype]
+    for op, ref_fn, torch_fn in ((fae.softmax, softmax_ref, torch.softmax),
+                                 (fae.log_softmax, log_softmax_ref, torch.log_softmax)):
+        poison("cuda", 2 * x.numel() * x.element_size())
+        out, ref, base = op(x, -1), ref_fn(x, -1), torch_fn(x, -1)
+        for r in range(shape[0]):
+            check_against_reference(out[r], ref[r], base[r], dtype, f"{op.__name__} row {r}")
+        if op is fae.softmax:
+            err = (out.double() - ref).abs()
+            bad = (err > rtol * ref.abs() + atol).nonzero()
+            assert bad.numel() == 0, f"softmax: {bad.shape[0]} elements off, first {bad[:4].tolist()}"
+    poison("cuda")
+    out = fae.logsumexp(x, -1)
+    for r in range(shape[0]):
+        check_against_reference(out[r], logsumexp_ref(x[r], -1), torch.logsumexp(x[r], -1), dtype, f"logsumexp row {r}")
+
+
 @pytest.mark.cuda
 @requires_cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])

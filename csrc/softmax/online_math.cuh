@@ -86,18 +86,54 @@ template <typename A, int kN, int kM> __device__ __forceinline__ A max_of(const 
 // (see the top of this file).
 template <typename T> constexpr bool kFastExp = sizeof(T) == 2;
 
+__device__ __forceinline__ float ex2_approx(float a) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(a));
+  return y;
+}
+
 template <typename A, bool kFast> struct ShiftedExp {
   A m;
   __device__ __forceinline__ explicit ShiftedExp(A max) : m(isinf(max) ? A(0) : max) {}
   __device__ __forceinline__ A operator()(A x) const {
     if constexpr (kFast) {
-      float y;
-      asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"((x - m) * 1.4426950408889634f));
-      return y;
+      return ex2_approx((x - m) * 1.4426950408889634f);
     } else {
       return exp_of(x - m);
     }
   }
+};
+
+// exp(x - m) for 16-bit inputs as ex2(fma(x, c, -k)) * correction, k = m c: one FFMA before the exponential
+// where ShiftedExp subtracts and multiplies. Why: the dual kernel's folds and store passes are bound by
+// instruction issue, not by memory (ncu, s26: the ring role's warps mostly issuing or waiting on fixed-latency
+// results; both roles' last store passes, whose bytes L2 absorbs, end the call); bf16 8x4194304 51.7-52.1 ->
+// 50.5-51.1 us, 128x262144 50.7-51.2 -> 49.5-50.4 (H100 probe, NOTES "s26 run 9"). As exact as ShiftedExp,
+// and without a branch (a guarded fallback anywhere in the dual kernel, never taken, cost it 6 us: "s26 run 8"):
+// - bf16: c = log2(e) to 15 significant bits (1.44268798828125, relative error -4.9e-6), so m c is exact for
+//   bf16's 8-bit m, and the result is exp((x - m)(1 - 4.9e-6)): 4.5e-4 relative (a tenth of a bf16 half-ulp)
+//   at t = m - x = 92, where bf16 underflows. Beyond |m| = 2^64, c is scaled by 2^-24 (m c stays finite, and
+//   every x != m there is at least 2^57 below m, so the result is still exactly 1 for x == m and 0 else).
+// - fp16 (11-bit m): c = log2(e) as fp32, k = m c rounded and the exact residual r = m c - k (|r| <= 2^-8
+//   for |m| <= 65504) taken back by correction = 2^-r.
+// An infinite m is taken as 0, as ShiftedExp does.
+struct FusedExp2 {
+  float c;
+  float k;
+  float correction;  // multiplies every term: the caller applies it to the sum, or to the output scale
+  template <typename T> static __device__ __forceinline__ FusedExp2 at(float max) {
+    static_assert(sizeof(T) == 2, "16-bit inputs only");
+    const float m = isinf(max) ? 0.0f : max;
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+      const float c = fabsf(m) <= 0x1p64f ? 1.44268798828125f : 1.44268798828125f * 0x1p-24f;
+      return {c, m * c, 1.0f};
+    } else {
+      const float c = 1.4426950408889634f;
+      const float k = m * c;
+      return {c, k, ex2_approx(-fmaf(m, c, -k))};
+    }
+  }
+  __device__ __forceinline__ float operator()(float x) const { return ex2_approx(fmaf(x, c, -k)); }
 };
 
 // Returns the sum of the terms rescale(v, ref), or with kFast ShiftedExp's exp(v - ref) (exp(v) when ref

@@ -90,20 +90,36 @@ template <typename T> __device__ __forceinline__ acc_t<T> max_of_vectors(const u
   }
 }
 
+// The sum of e(x) over a thread's vectors.
+template <typename T, typename Exp>
+__device__ __forceinline__ acc_t<T> sum_of_exps(const uint4 (&raw)[kRegVecs], const Exp& e) {
+  using A = acc_t<T>;
+  constexpr int kVec = 16 / static_cast<int>(sizeof(T));
+  A d = A(0);
+#pragma unroll
+  for (int s = 0; s < kRegVecs; ++s) {
+    A w[kVec];
+    VecIO<T>::unpack(opaque(raw[s]), w);
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) d += e(w[j]);
+  }
+  return d;
+}
+
 // The register role's store pass (output known at compile time, as pipe::store_item).
 template <typename T, bool kSoftmax>
 __device__ __forceinline__ void store_registers(T* y, const uint4 (&raw)[kRegVecs], int nvec, int t,
                                                 const Epilogue<acc_t<T>>& epi, acc_t<T> row_max) {
   using A = acc_t<T>;
   constexpr int kVec = 16 / static_cast<int>(sizeof(T));
-  const ShiftedExp<A, kFastExp<T>> e(row_max);
+  const auto term = pipe::output_term<T, kSoftmax>(epi, row_max);
 #pragma unroll
   for (int s = 0; s < kRegVecs; ++s) {
     const int v = s * kRegThreads + t;
     A w[kVec];
     VecIO<T>::unpack(opaque(raw[s]), w);
 #pragma unroll
-    for (int j = 0; j < kVec; ++j) w[j] = epi.template apply_term_as<kSoftmax>(kSoftmax ? e(w[j]) : w[j]);
+    for (int j = 0; j < kVec; ++j) w[j] = term(w[j]);
     if (v < nvec) store16_streaming(y + static_cast<int64_t>(v) * kVec, VecIO<T>::pack(w));
   }
 }
@@ -140,14 +156,12 @@ __device__ __forceinline__ void register_items(const PipeParams<T>& p, int64_t f
       raw[s] = v < nvec ? load16(x + offset) : neg_inf_vector<T>();
     }
     const A m = max_of_vectors<T>(raw);
-    const ShiftedExp<A, kFastExp<T>> e(m);
-    A d = A(0);
-#pragma unroll
-    for (int s = 0; s < kRegVecs; ++s) {
-      A w[kVec];
-      VecIO<T>::unpack(opaque(raw[s]), w);
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) d += e(w[j]);
+    A d;
+    if constexpr (kFastExp<T>) {
+      const FusedExp2 e = FusedExp2::at<T>(m);
+      d = sum_of_exps<T>(raw, e) * e.correction;
+    } else {
+      d = sum_of_exps<T>(raw, ShiftedExp<A, false>(m));
     }
     FAE_PHASE_STAMP(t, 1, (item - first_item) / step, 1);
     const OnlineState<A> row_state =

@@ -68,7 +68,7 @@ template <typename T> struct Producer {
 constexpr int kPipeGroup = 4;
 
 // Folds vectors j, j + nt, ..., j + (kPipeGroup - 1) * nt of `piece` (those below n; the rest read as -inf)
-// into the thread's state (m, d), d = sum of exp(x - m) as ShiftedExp takes it: one max and one rescale per
+// into the thread's state (m, d), d = sum of exp(x - m) (16-bit: by FusedExp2): one max and one rescale per
 // group, kPipeGroup independent partial sums.
 template <typename T>
 __device__ __forceinline__ void fold_group(OnlineState<acc_t<T>>& st, const uint4* piece, int j, int nt, int n) {
@@ -85,17 +85,25 @@ __device__ __forceinline__ void fold_group(OnlineState<acc_t<T>>& st, const uint
     }
   }
   const A m = amax(st.m, max_of(w));
-  const ShiftedExp<A, kFastExp<T>> e(m);
-  A d[kPipeGroup];
+  const auto sum_of = [&](const auto& e, A first) {  // first: d[0]'s start
+    A d[kPipeGroup];
 #pragma unroll
-  for (int g = 0; g < kPipeGroup; ++g) {
-    d[g] = g == 0 ? st.d * rescale(st.m, m) : A(0);
+    for (int g = 0; g < kPipeGroup; ++g) {
+      d[g] = g == 0 ? first : A(0);
 #pragma unroll
-    for (int i = 0; i < kVec; ++i) d[g] += e(w[g][i]);
+      for (int i = 0; i < kVec; ++i) d[g] += e(w[g][i]);
+    }
+#pragma unroll
+    for (int g = 1; g < kPipeGroup; ++g) d[0] += d[g];
+    return d[0];
+  };
+  const A carried = st.d * rescale(st.m, m);
+  if constexpr (kFastExp<T>) {
+    const FusedExp2 e = FusedExp2::at<T>(m);
+    st = {m, fmaf(sum_of(e, A(0)), e.correction, carried)};
+  } else {
+    st = {m, sum_of(ShiftedExp<A, false>(m), carried)};
   }
-#pragma unroll
-  for (int g = 1; g < kPipeGroup; ++g) d[0] += d[g];
-  st = {m, d[0]};
 }
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -109,22 +117,38 @@ __device__ __forceinline__ void init_ring_barriers(uint64_t* bars, int ring_piec
   __syncthreads();
 }
 
-// The store pass of an item held in the ring (its vectors from slot offset `base`, wrapping at ring_vecs):
-// softmax exp(x - M) * (1 / D), log_softmax x - (M + log D), both NaN for an infinite M. Stores are
-// evict-first for 16-bit types always and for every type with kEvictFirst (the dual kernel's ring role).
+// The map from an input element to its output in a store pass against the row's statistics (epi, row_max),
+// output known at compile time: softmax exp(x - M) * (1 / D) (16-bit: by FusedExp2, its correction in the
+// scale), log_softmax x - (M + log D), both NaN for an infinite M.
+template <typename T, bool kSoftmax>
+__device__ __forceinline__ auto output_term(const Epilogue<acc_t<T>>& epi, acc_t<T> row_max) {
+  using A = acc_t<T>;
+  if constexpr (kSoftmax && kFastExp<T>) {
+    const FusedExp2 e = FusedExp2::at<T>(row_max);
+    const float scale = epi.scale * e.correction;  // epi.scale = 1 / D, NaN when poisoned
+    return [e, scale](A x) { return e(x) * scale; };
+  } else {
+    const ShiftedExp<A, kFastExp<T>> e(row_max);
+    return [epi, e](A x) { return epi.template apply_term_as<kSoftmax>(kSoftmax ? e(x) : x); };
+  }
+}
+
+// The store pass of an item held in the ring (its vectors from slot offset `base`, wrapping at ring_vecs),
+// each element mapped by output_term. Stores are evict-first for 16-bit types always and for every type with
+// kEvictFirst (the dual kernel's ring role).
 template <typename T, bool kSoftmax, bool kEvictFirst>
 __device__ __forceinline__ void store_item(T* y, const uint4* ring, int base, int ring_vecs, int nvec, int t, int nt,
                                            const Epilogue<acc_t<T>>& epi, acc_t<T> row_max) {
   using A = acc_t<T>;
   constexpr int kVec = 16 / static_cast<int>(sizeof(T));
-  const ShiftedExp<A, kFastExp<T>> e(row_max);
+  const auto term = output_term<T, kSoftmax>(epi, row_max);
 #pragma unroll kPipeGroup
   for (int v = t; v < nvec; v += nt) {
     const int i = base + v;
     A w[kVec];
     VecIO<T>::unpack(ring[i >= ring_vecs ? i - ring_vecs : i], w);
 #pragma unroll
-    for (int j = 0; j < kVec; ++j) w[j] = epi.template apply_term_as<kSoftmax>(kSoftmax ? e(w[j]) : w[j]);
+    for (int j = 0; j < kVec; ++j) w[j] = term(w[j]);
     // The pipelined kernel stores 16-bit outputs evict-first: measured side by side on the H100, bf16 split
     // rows ran 2-4.5 % faster (8x4194304 70.7 -> 67.5 us) and fp32 rows 3-12 % slower (s12; s17: fp32
     // 1024x32768 102.5 -> 108.7 us), so there 32/64-bit types keep the default policy. In the dual kernel

@@ -139,23 +139,19 @@ struct FusedExp2 {
 // Returns the sum of the terms rescale(v, ref), or with kFast ShiftedExp's exp(v - ref) (exp(v) when ref
 // is infinite: the same results after the finalize rules); with keep != 0 the terms replace v (softmax
 // reuses them in its epilogue, so each element costs one exponential).
-template <typename A, int kN, int kM, typename Term>
-__device__ __forceinline__ A sum_of_terms(A (&v)[kN][kM], const Term& term_of, bool keep) {
+template <bool kFast, typename A, int kN, int kM>
+__device__ __forceinline__ A sum_rescaled(A (&v)[kN][kM], A ref, bool keep) {
+  const ShiftedExp<A, kFast> e(ref);
   A sum = A(0);
 #pragma unroll
   for (int i = 0; i < kN; ++i)
 #pragma unroll
     for (int j = 0; j < kM; ++j) {
-      const A term = term_of(v[i][j]);
+      const A term = kFast ? e(v[i][j]) : rescale(v[i][j], ref);
       sum += term;
       if (keep) v[i][j] = term;
     }
   return sum;
-}
-template <bool kFast, typename A, int kN, int kM>
-__device__ __forceinline__ A sum_rescaled(A (&v)[kN][kM], A ref, bool keep) {
-  const ShiftedExp<A, kFast> e(ref);
-  return sum_of_terms(v, [&](A x) { return kFast ? e(x) : rescale(x, ref); }, keep);
 }
 
 // Element update for a group of values: the group's max first, so d is rescaled once per group.

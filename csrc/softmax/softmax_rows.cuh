@@ -53,17 +53,7 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? 0 : 3) softmax_wa
     const A local_max = max_of(v);
     // The terms are taken against the lane's own max (online) or the row max (safe).
     const A ref = online ? local_max : warp_allreduce(local_max, MaxOp{}, lanes);
-    // 16-bit aligned rows: the terms by FusedExp2 (one FMA fewer per element), its correction carried in the
-    // sum and, for the kept terms, in the epilogue's scale.
-    A local_sum;
-    A term_correction = A(1);
-    if constexpr (kAligned && kFastExp<T>) {
-      const FusedExp2 e = FusedExp2::at<T>(ref);
-      local_sum = sum_of_terms(v, e, keep_terms) * e.correction;
-      term_correction = e.correction;
-    } else {
-      local_sum = sum_rescaled<kAligned && kFastExp<T>>(v, ref, keep_terms);
-    }
+    const A local_sum = sum_rescaled<kAligned && kFastExp<T>>(v, ref, keep_terms);
     OnlineState<A> row_state;
     if (online) {
       row_state = warp_allreduce(OnlineState<A>{ref, local_sum}, MergeOp{}, lanes);
@@ -75,8 +65,7 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? 0 : 3) softmax_wa
       if (valid && li == 0) p.y[row] = from_acc<T>(row_lse(row_state));
       continue;
     }
-    Epilogue<A, kFastExp<T>> epi(output, row_state, ref);
-    epi.scale *= term_correction;
+    const Epilogue<A, kFastExp<T>> epi(output, row_state, ref);
 #pragma unroll
     for (int s = 0; s < kVpl; ++s)
 #pragma unroll

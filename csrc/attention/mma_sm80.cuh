@@ -12,6 +12,7 @@
 
 #include <cstdint>
 
+#include "common/fast_exp2.cuh"
 #include "common/shared_memory.cuh"
 
 namespace flash_attn_ext {
@@ -75,14 +76,6 @@ struct Mma16816<__nv_bfloat16> {
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
   }
 };
-
-// 2^x in one MUFU instruction. Accurate to ~2 ulp; flushes subnormal results to zero, which is harmless
-// for probabilities that are rounded to 16 bits next. exp2f(x) would add three instructions of range fix-up.
-__device__ __forceinline__ float fast_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
 
 // Packs two floats into one register of two 16-bit values (lo in the low half).
 template <typename T>

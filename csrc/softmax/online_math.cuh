@@ -23,6 +23,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "common/fast_exp2.cuh"
 #include "softmax/softmax_launch.h"
 
 namespace flash_attn_ext {
@@ -86,18 +87,12 @@ template <typename A, int kN, int kM> __device__ __forceinline__ A max_of(const 
 // (see the top of this file).
 template <typename T> constexpr bool kFastExp = sizeof(T) == 2;
 
-__device__ __forceinline__ float ex2_approx(float a) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(a));
-  return y;
-}
-
 template <typename A, bool kFast> struct ShiftedExp {
   A m;
   __device__ __forceinline__ explicit ShiftedExp(A max) : m(isinf(max) ? A(0) : max) {}
   __device__ __forceinline__ A operator()(A x) const {
     if constexpr (kFast) {
-      return ex2_approx((x - m) * 1.4426950408889634f);
+      return fast_exp2((x - m) * 1.4426950408889634f);
     } else {
       return exp_of(x - m);
     }
@@ -130,10 +125,10 @@ struct FusedExp2 {
     } else {
       const float c = 1.4426950408889634f;
       const float k = m * c;
-      return {c, k, ex2_approx(-fmaf(m, c, -k))};
+      return {c, k, fast_exp2(-fmaf(m, c, -k))};
     }
   }
-  __device__ __forceinline__ float operator()(float x) const { return ex2_approx(fmaf(x, c, -k)); }
+  __device__ __forceinline__ float operator()(float x) const { return fast_exp2(fmaf(x, c, -k)); }
 };
 
 // Returns the sum of the terms rescale(v, ref), or with kFast ShiftedExp's exp(v - ref) (exp(v) when ref

@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""The order in which a kernel's SASS issues its first global loads and first waits on them.
+
+Why: how many loads a thread keeps in flight is ptxas's choice, not the source's. The dual kernel's register
+role meant 8 loads in flight per thread and issued them 3, 1, 1, 1, 1, 4, 8 at a time, because ptxas put
+each address dependency's wait right after the load it waited on (benchmarks/NOTES.md, log row "s27 SASS").
+This prints that order without a GPU:
+
+    nvcc <the build's flags> -gencode arch=compute_90a,code=sm_90a -cubin -o /tmp/dual.cubin \
+        csrc/softmax/softmax_dual.cu
+    cuobjdump --dump-sass /tmp/dual.cubin > /tmp/dual.sass
+    python3 scripts/sass_load_order.py /tmp/dual.sass 'dual_rows_kernelI13__nv_bfloat16.*Lb1E'
+
+Output: "L3" = the 4th load is issued, "W3" = the first instruction that reads its registers (the thread
+stalls there until it has landed). A kernel whose loads go out together reads L0 L1 ... L15 W0 W1 ...
+"""
+import argparse
+import re
+import sys
+
+LOAD = re.compile(r"\bLDG\.E\.(?:128|64)\S*\s+(R\d+)")
+INSTR = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
+# predicate, opcode, destination, sources
+OPERANDS = re.compile(r"(?:@!?U?P\w+\s+)?(\S+)\s+([^,\s]+)\s*,\s*(.*)")
+
+
+def kernel_instructions(lines, pattern):
+    """The instruction texts of the first function whose name matches pattern."""
+    found, out = False, []
+    for line in lines:
+        if "Function :" in line:
+            if found:
+                break
+            found = re.search(pattern, line) is not None
+        elif found:
+            m = INSTR.search(line)
+            if m:
+                out.append(m.group(2))
+    if not found:
+        sys.exit(f"no function matching {pattern!r}")
+    return out
+
+
+def load_order(instrs, count):
+    """Tokens Ln / Wn in program order for the first `count` global loads."""
+    loads = [i for i, s in enumerate(instrs) if LOAD.search(s)][:count]
+    if not loads:
+        return []
+    held = {}  # load number -> its four destination registers
+    waited = set()
+    tokens = []
+    for i in range(loads[0], min(len(instrs), loads[-1] + 64)):
+        s = instrs[i]
+        if i in loads:
+            first = int(LOAD.search(s).group(1)[1:])
+            held[len(held)] = {f"R{first + k}" for k in range(4)}
+            tokens.append(f"L{len(held) - 1}")
+            continue
+        m = OPERANDS.match(s)
+        sources = set(re.findall(r"\bR\d+\b", m.group(3) if m else s))
+        for n, regs in held.items():
+            if n not in waited and sources & regs:
+                waited.add(n)
+                tokens.append(f"W{n}")
+    return tokens
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("sass", help="output of cuobjdump --dump-sass")
+    ap.add_argument("kernel", help="regular expression matched against the mangled function names")
+    ap.add_argument("--loads", type=int, default=16, help="how many loads to follow (default 16)")
+    args = ap.parse_args()
+    with open(args.sass) as f:
+        instrs = kernel_instructions(f.read().split("\n"), args.kernel)
+    print(" ".join(load_order(instrs, args.loads)) or "no 8- or 16-byte global loads")
+
+
+if __name__ == "__main__":
+    main()

@@ -18,7 +18,8 @@ import argparse
 import re
 import sys
 
-LOAD = re.compile(r"\bLDG\.E\.(?:128|64)\S*\s+(R\d+)")
+GLOBAL_LOAD = re.compile(r"\bLDG\.E\.(?:128|64)\S*\s+(R\d+)")
+SHARED_LOAD = re.compile(r"\bLDS\.(?:128|64)\S*\s+(R\d+)")
 INSTR = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
 # predicate, opcode, destination, sources
 OPERANDS = re.compile(r"(?:@!?U?P\w+\s+)?(\S+)\s+([^,\s]+)\s*,\s*(.*)")
@@ -41,9 +42,9 @@ def kernel_instructions(lines, pattern):
     return out
 
 
-def load_order(instrs, count):
-    """Tokens Ln / Wn in program order for the first `count` global loads."""
-    loads = [i for i, s in enumerate(instrs) if LOAD.search(s)][:count]
+def load_order(instrs, count, load):
+    """Tokens Ln / Wn in program order for the first `count` loads that match `load`."""
+    loads = [i for i, s in enumerate(instrs) if load.search(s)][:count]
     if not loads:
         return []
     held = {}  # load number -> its four destination registers
@@ -52,7 +53,7 @@ def load_order(instrs, count):
     for i in range(loads[0], min(len(instrs), loads[-1] + 64)):
         s = instrs[i]
         if i in loads:
-            first = int(LOAD.search(s).group(1)[1:])
+            first = int(load.search(s).group(1)[1:])
             held[len(held)] = {f"R{first + k}" for k in range(4)}
             tokens.append(f"L{len(held) - 1}")
             continue
@@ -70,10 +71,12 @@ def main():
     ap.add_argument("sass", help="output of cuobjdump --dump-sass")
     ap.add_argument("kernel", help="regular expression matched against the mangled function names")
     ap.add_argument("--loads", type=int, default=16, help="how many loads to follow (default 16)")
+    ap.add_argument("--shared", action="store_true", help="follow 8- and 16-byte shared-memory loads instead")
     args = ap.parse_args()
     with open(args.sass) as f:
         instrs = kernel_instructions(f.read().split("\n"), args.kernel)
-    print(" ".join(load_order(instrs, args.loads)) or "no 8- or 16-byte global loads")
+    order = load_order(instrs, args.loads, SHARED_LOAD if args.shared else GLOBAL_LOAD)
+    print(" ".join(order) or f"no 8- or 16-byte {'shared' if args.shared else 'global'} loads")
 
 
 if __name__ == "__main__":

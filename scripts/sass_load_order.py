@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The order in which a kernel's SASS issues its first global (or, with --shared, shared-memory) loads and first waits on them.
+"""The order of a kernel's first global (--shared: shared-memory) loads and first waits on them, from SASS.
 
 Why: how many loads a thread keeps in flight is ptxas's choice, not the source's. The dual kernel's register
 role meant 8 loads in flight per thread and issued them 3, 1, 1, 1, 1, 4, 8 at a time, because ptxas put

@@ -18,10 +18,10 @@ import argparse
 import re
 import sys
 
-GLOBAL_LOAD = re.compile(r"\bLDG\.E\.(?:128|64)\S*\s+(R\d+)")
-SHARED_LOAD = re.compile(r"\bLDS\.(?:128|64)\S*\s+(R\d+)")
+GLOBAL_LOAD = re.compile(r"\bLDG\.E\.(128|64)\S*\s+(R\d+)")
+SHARED_LOAD = re.compile(r"\bLDS\.(128|64)\S*\s+(R\d+)")
 INSTR = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
-# predicate, opcode, destination, sources
+# predicate, opcode, destination, sources (stores have no destination: all their operands are read)
 OPERANDS = re.compile(r"(?:@!?U?P\w+\s+)?(\S+)\s+([^,\s]+)\s*,\s*(.*)")
 
 
@@ -47,18 +47,20 @@ def load_order(instrs, count, load):
     loads = [i for i, s in enumerate(instrs) if load.search(s)][:count]
     if not loads:
         return []
-    held = {}  # load number -> its four destination registers
+    is_load = set(loads)
+    held = {}  # load number -> its destination registers (4 for 16 bytes, 2 for 8)
     waited = set()
     tokens = []
     for i in range(loads[0], min(len(instrs), loads[-1] + 64)):
         s = instrs[i]
-        if i in loads:
-            first = int(load.search(s).group(1)[1:])
-            held[len(held)] = {f"R{first + k}" for k in range(4)}
+        if i in is_load:
+            bits, dst = load.search(s).groups()
+            held[len(held)] = {f"R{int(dst[1:]) + k}" for k in range(int(bits) // 32)}
             tokens.append(f"L{len(held) - 1}")
             continue
         m = OPERANDS.match(s)
-        sources = set(re.findall(r"\bR\d+\b", m.group(3) if m else s))
+        read = m.group(3) if m and not m.group(1).startswith("ST") else s
+        sources = set(re.findall(r"\bR\d+\b", read))
         for n, regs in held.items():
             if n not in waited and sources & regs:
                 waited.add(n)

@@ -21,4 +21,7 @@ TORCH_LIBRARY(flash_attn_ext, m) {
   m.def("attention(Tensor q, Tensor k, Tensor v, bool causal, float? scale) -> (Tensor, Tensor)");
   // outs (N, B, H, S, D), lses (N, B, H, S) over N disjoint key blocks -> out (B, H, S, D), lse (B, H, S).
   m.def("merge_attention(Tensor outs, Tensor lses) -> (Tensor, Tensor)");
+  // Internal: the gradient every op's backward asks for, (size, dtype) on grad's device. It raises, naming
+  // `op` (see autograd_guard.cpp); its fake kernel lets torch.compile trace a backward that would raise.
+  m.def("_forward_only_grad(Tensor grad, SymInt[] size, ScalarType dtype, str op) -> Tensor");
 }

@@ -55,30 +55,71 @@ def merge_attention(outs: Union[Tensor, Sequence[Tensor]], lses: Union[Tensor, S
     ``out = sum_i exp(lses[i] - lse) * outs[i]``. Blocks with lse ``-inf`` contribute nothing; a row with
     every lse ``-inf`` gets out 0 and lse ``-inf``.
     """
-    if not isinstance(outs, Tensor):
-        outs = torch.stack(list(outs))
-    if not isinstance(lses, Tensor):
-        lses = torch.stack(list(lses))
-    return _ops.merge_attention.default(outs, lses)
+    return _ops.merge_attention.default(_stack_parts("outs", outs), _stack_parts("lses", lses))
+
+
+def _stack_parts(name: str, parts: Union[Tensor, Sequence[Tensor]]) -> Tensor:
+    """A sequence of per-block tensors as one (N, ...) tensor. Checked here because torch.stack would promote
+    mixed dtypes and name neither argument nor block."""
+    if isinstance(parts, Tensor):
+        return parts
+    parts = list(parts)
+    if not parts:
+        raise RuntimeError(f"flash_attn_ext.merge_attention: {name} must hold at least one partial result (N >= 1)")
+    first = parts[0]
+    for i, part in enumerate(parts):
+        if not isinstance(part, Tensor):
+            raise TypeError(f"flash_attn_ext.merge_attention: {name}[{i}] must be a Tensor, got {type(part).__name__}")
+        if part.dtype != first.dtype:
+            raise TypeError(f"flash_attn_ext.merge_attention: {name}[{i}] has dtype {part.dtype} but {name}[0] has "
+                            f"{first.dtype}")
+        if part.shape != first.shape or part.device != first.device:
+            raise RuntimeError(f"flash_attn_ext.merge_attention: {name}[{i}] has shape {tuple(part.shape)} on "
+                               f"{part.device} but {name}[0] has shape {tuple(first.shape)} on {first.device}")
+    return torch.stack(parts)
 
 
 # --- fake kernels: shapes, dtypes and strides exactly as the real kernels allocate them ---------------
+# They also repeat the checks that decide those (dtype, dim) and the device checks: a call mixing meta and
+# CPU tensors dispatches here, not to the real kernel, and would otherwise return uninitialized CPU memory.
+# The messages are the real kernels' (csrc/common/checks.h, csrc/attention/attention_problem.cpp).
+
+_FLOATING = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+
+
+def _wrap_softmax_dim(op: str, x: Tensor, dim: int) -> int:
+    if x.dtype not in _FLOATING:
+        raise TypeError(f"flash_attn_ext.{op}: x must be float32, float64, float16 or bfloat16, got {x.dtype}")
+    rank = max(x.dim(), 1)  # a 0-d tensor has one implicit dim, as in torch
+    if not -rank <= dim < rank:
+        raise IndexError(f"flash_attn_ext.{op}: dim={dim} is out of range for a tensor of rank {x.dim()} "
+                         f"(expected a value in [{-rank}, {rank - 1}])")
+    return dim % rank
+
+
+def _check_same_device(op: str, ref_name: str, ref: Tensor, **others: Tensor) -> None:
+    for name, t in others.items():
+        if t.device != ref.device:
+            raise RuntimeError(f"flash_attn_ext.{op}: {name} is on {t.device} but {ref_name} is on {ref.device}")
+
 
 @torch.library.register_fake("flash_attn_ext::softmax")
 def _softmax_fake(x, dim, algorithm):
+    _wrap_softmax_dim("softmax", x, dim)
     return x.new_empty(x.shape)
 
 
 @torch.library.register_fake("flash_attn_ext::log_softmax")
 def _log_softmax_fake(x, dim, algorithm):
+    _wrap_softmax_dim("log_softmax", x, dim)
     return x.new_empty(x.shape)
 
 
 @torch.library.register_fake("flash_attn_ext::logsumexp")
 def _logsumexp_fake(x, dim, keepdim):
+    d = _wrap_softmax_dim("logsumexp", x, dim)
     shape = list(x.shape)
     if x.dim() > 0:
-        d = dim + x.dim() if dim < 0 else dim
         if keepdim:
             shape[d] = 1
         else:
@@ -88,9 +129,16 @@ def _logsumexp_fake(x, dim, keepdim):
 
 @torch.library.register_fake("flash_attn_ext::attention")
 def _attention_fake(q, k, v, causal, scale):
+    _check_same_device("attention", "q", q, k=k, v=v)
     return torch.empty_like(q), q.new_empty(q.shape[:3], dtype=torch.float32)
 
 
 @torch.library.register_fake("flash_attn_ext::merge_attention")
 def _merge_attention_fake(outs, lses):
+    _check_same_device("merge_attention", "outs", outs, lses=lses)
     return outs.new_empty(outs.shape[1:]), lses.new_empty(lses.shape[1:])
+
+
+@torch.library.register_fake("flash_attn_ext::_forward_only_grad")
+def _forward_only_grad_fake(grad, size, dtype, op):
+    return grad.new_empty(size, dtype=dtype)

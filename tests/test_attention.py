@@ -171,6 +171,23 @@ def test_scale(device, dtype, scale):
     check_attention(q, k, v, causal=True, scale=scale)
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
+def test_plus_inf_score_makes_its_row_nan(device, dtype):
+    # README: a score of +inf makes that row's output and lse NaN, and no other row changes.
+    q, k, v = make_qkv(1, 2, 2, 33, 97, 64, dtype, device)
+    k[0, 1, :, 0] = 1.0
+    q_inf = q.clone()
+    q_inf[0, 1, 5] = 0.0
+    q_inf[0, 1, 5, 0] = float("inf")  # every score of row 5 of head 1 is +inf
+    out, lse = fae.attention(q_inf, k, v, return_lse=True)
+    assert out[0, 1, 5].isnan().all() and lse[0, 1, 5].isnan()
+    ref_out, ref_lse = fae.attention(q, k, v, return_lse=True)
+    keep = torch.ones(q.shape[:3], dtype=torch.bool, device=q.device)
+    keep[0, 1, 5] = False
+    assert torch.equal(out[keep], ref_out[keep]) and torch.equal(lse[keep], ref_lse[keep])
+
+
 @pytest.mark.parametrize("d", [16, 72, 256])
 @pytest.mark.parametrize("device", DEVICES)
 def test_default_scale_is_rsqrt_head_dim(device, d):
@@ -367,6 +384,14 @@ ATTENTION_ERRORS = [
     ("v_last_stride", lambda dev: _replace(_qkv(dev), v=torch.randn(2, 2, 6, 128, device=dev)[..., 1::2]),
      RuntimeError, r"v must have unit stride on its last dim"),
 ]
+BAD_SCALES = [float("nan"), float("inf"), -float("inf"), 1e39]  # 1e39: finite as a double, inf as a float
+
+
+@pytest.mark.parametrize("scale", BAD_SCALES)
+@pytest.mark.parametrize("device", DEVICES)
+def test_attention_rejects_non_finite_scale(device, scale):
+    with pytest.raises(RuntimeError, match=r"scale must be finite as a float32"):
+        fae.attention(*_qkv(device), scale=scale)
 
 
 @pytest.mark.parametrize("make, exc, match", [e[1:] for e in ATTENTION_ERRORS], ids=[e[0] for e in ATTENTION_ERRORS])
@@ -387,6 +412,18 @@ def test_attention_device_mismatch(which):
         fae.attention(*args)
 
 
+def test_fake_kernels_check_devices():
+    # A meta tensor among CPU tensors dispatches to the fake kernel, which must refuse the mix rather than
+    # return uninitialized CPU memory.
+    q, k, v = _qkv()
+    with pytest.raises(RuntimeError, match=r"flash_attn_ext\.attention: k is on meta but q is on cpu"):
+        fae.attention(q, k.to("meta"), v)
+    with pytest.raises(RuntimeError, match=r"flash_attn_ext\.attention: v is on meta but q is on cpu"):
+        fae.attention(q, k, v.to("meta"))
+    with pytest.raises(RuntimeError, match=r"flash_attn_ext\.merge_attention: lses is on meta but outs is on cpu"):
+        fae.merge_attention(torch.randn(2, 1, 3, 4, 8), torch.randn(2, 1, 3, 4, device="meta"))
+
+
 MERGE_ERRORS = [
     ("outs_rank", lambda dev: (torch.randn(2, 3, 4, 8, device=dev), torch.randn(2, 3, 4, 5, device=dev)),
      RuntimeError, r"outs must have rank 5"),
@@ -404,6 +441,16 @@ MERGE_ERRORS = [
      TypeError, r"outs must be float16, bfloat16 or float32"),
     ("no_blocks", lambda dev: (torch.randn(0, 1, 3, 4, 8, device=dev), torch.randn(0, 1, 3, 4, device=dev)),
      RuntimeError, r"at least one partial result"),
+    # Lists are checked before they are stacked: torch.stack would promote mixed dtypes silently.
+    ("empty_lists", lambda dev: ([], []), RuntimeError, r"outs must hold at least one partial result"),
+    ("list_dtypes", lambda dev: ([torch.randn(1, 3, 4, 8, device=dev), torch.randn(1, 3, 4, 8, device=dev).half()],
+                                 [torch.randn(1, 3, 4, device=dev)] * 2), TypeError,
+     r"outs\[1\] has dtype torch.float16 but outs\[0\] has torch.float32"),
+    ("list_shapes", lambda dev: ([torch.randn(1, 3, 4, 8, device=dev)] * 2,
+                                 [torch.randn(1, 3, 4, device=dev), torch.randn(1, 3, 5, device=dev)]), RuntimeError,
+     r"lses\[1\] has shape \(1, 3, 5\)"),
+    ("list_item", lambda dev: ([torch.randn(1, 3, 4, 8, device=dev), None], [torch.randn(1, 3, 4, device=dev)] * 2),
+     TypeError, r"outs\[1\] must be a Tensor"),
 ]
 
 
@@ -437,6 +484,16 @@ def test_backward_raises(device):
     merged, _ = fae.merge_attention(outs, torch.randn(2, 2, 4, 5, device=device))
     with pytest.raises(RuntimeError, match=r"flash_attn_ext\.merge_attention is forward-only"):
         merged.sum().backward()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_forward_ad_raises(device):
+    q, k, v = _qkv(device)
+    with pytest.raises(RuntimeError, match=r"flash_attn_ext\.attention is forward-only: forward-mode AD"):
+        torch.func.jvp(lambda t: fae.attention(t, k, v), (q,), (torch.randn_like(q),))
+    outs, lses = torch.randn(2, 2, 4, 5, 64, device=device), torch.randn(2, 2, 4, 5, device=device)
+    with pytest.raises(RuntimeError, match=r"flash_attn_ext\.merge_attention is forward-only: forward-mode AD"):
+        torch.func.jvp(lambda t: fae.merge_attention(outs, t), (lses,), (torch.randn_like(lses),))
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -511,6 +568,20 @@ def test_torch_compile_transformer_block(device, fused):
         # fullgraph=True: any graph break is an error
         compiled = torch.compile(block, fullgraph=True, options=NO_INDUCTOR_CACHE)(x)
     torch.testing.assert_close(compiled, eager, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_torch_compile_with_grad_raises_only_in_backward(device):
+    # Parameters that require grad and no torch.no_grad(): the compiled forward works as eager does (the
+    # backward AOTAutograd traces calls the raising op's fake kernel), and backward raises when it runs.
+    block = TransformerBlock(fused=True).to(device)
+    x = torch.randn(2, 37, 128, device=device)
+    out = torch.compile(block, fullgraph=True, backend="aot_eager", dynamic=True)(x)
+    assert out.requires_grad
+    with torch.no_grad():
+        torch.testing.assert_close(out, block(x), rtol=1e-4, atol=1e-4)
+    with pytest.raises(RuntimeError, match=r"flash_attn_ext\.attention is forward-only"):
+        out.sum().backward()
 
 
 # --- CUDA only ----------------------------------------------------------------------------------------------

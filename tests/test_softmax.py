@@ -303,6 +303,19 @@ def test_backward_raises(device, name):
         out.sum().backward()
 
 
+@pytest.mark.parametrize("name", ["softmax", "log_softmax", "logsumexp"])
+@pytest.mark.parametrize("device", DEVICES)
+def test_forward_ad_raises(device, name):
+    # Forward mode gets an error too: without one the outputs carried no tangent and jvp returned zeros.
+    x = torch.randn(4, 33, device=device)
+    tangent = torch.randn_like(x)
+    match = rf"flash_attn_ext\.{name} is forward-only: forward-mode AD"
+    with pytest.raises(RuntimeError, match=match):
+        torch.func.jvp(lambda t: getattr(fae, name)(t, -1), (x,), (tangent,))
+    with torch.autograd.forward_ad.dual_level(), pytest.raises(RuntimeError, match=match):
+        getattr(fae, name)(torch.autograd.forward_ad.make_dual(x, tangent), -1)
+
+
 def test_every_op_has_the_forward_only_guard():
     # csrc/autograd_guard.cpp names the ops a second time (registration.cpp defines them): an op missing
     # there would get no Autograd kernel and no error on backward.
@@ -341,6 +354,20 @@ def test_fake_kernel_matches_real(device):
         assert (r.shape, r.dtype, r.stride()) == (f.shape, f.dtype, f.stride())
 
 
+@pytest.mark.parametrize("name", ["softmax", "log_softmax", "logsumexp"])
+def test_fake_kernel_checks_dim_and_dtype(name):
+    # Meta tensors run the fake kernel: a dim out of range must not quietly drop another dim of the shape,
+    # and an integer input must not trace to an integer result.
+    op = getattr(fae, name)
+    with pytest.raises(IndexError, match=rf"flash_attn_ext\.{name}: dim=-3 is out of range for a tensor of rank 2"):
+        op(torch.empty(2, 3, device="meta"), -3)
+    with pytest.raises(IndexError, match=rf"flash_attn_ext\.{name}: dim=2 is out of range"):
+        op(torch.empty(2, 3, device="meta"), 2)
+    with pytest.raises(TypeError, match=rf"flash_attn_ext\.{name}: x must be float32"):
+        op(torch.empty(2, 3, device="meta", dtype=torch.int32), -1)
+    assert op(torch.empty((), device="meta"), -1).shape == getattr(torch, name)(torch.empty(()), -1).shape
+
+
 def _softmax_family(x):
     a = fae.softmax(x * 2.0, -1, algorithm="online")
     b = fae.log_softmax(x, 0, algorithm="safe")
@@ -353,6 +380,19 @@ def test_torch_compile_fullgraph(device):
     x = torch.randn(33, 97, device=device)
     compiled = torch.compile(_softmax_family, fullgraph=True, options=NO_INDUCTOR_CACHE)
     torch.testing.assert_close(compiled(x), _softmax_family(x), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_torch_compile_with_grad_raises_only_in_backward(device):
+    # As in eager, the forward runs and backward raises. AOTAutograd traces the backward while compiling
+    # (aot_eager is the cheapest backend that does), so a backward that raised while traced failed the forward.
+    x = torch.randn(33, 97, device=device, requires_grad=True)
+    compiled = torch.compile(_softmax_family, fullgraph=True, backend="aot_eager")
+    out = compiled(x)
+    assert out.requires_grad
+    torch.testing.assert_close(out, _softmax_family(x.detach()), rtol=1e-5, atol=1e-5)
+    with pytest.raises(RuntimeError, match=r"flash_attn_ext\.(softmax|log_softmax|logsumexp) is forward-only"):
+        out.sum().backward()
 
 
 # --- CUDA only: graphs, streams, 64-bit sizes ---------------------------------------------------------------

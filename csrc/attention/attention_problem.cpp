@@ -59,6 +59,8 @@ AttentionProblem make_attention_problem(const at::Tensor& q, const at::Tensor& k
   p.seqlen_k = Sk;
   p.head_dim = D;
   p.scale = scale.has_value() ? *scale : 1.0 / std::sqrt(static_cast<double>(D));
+  // The kernels scale in float32: a scale that is not finite there would turn every score NaN or +-inf.
+  TORCH_CHECK(std::isfinite(static_cast<float>(p.scale)), op, ": scale must be finite as a float32, got ", p.scale);
   p.causal = causal;
   return p;
 }

@@ -51,9 +51,15 @@ AttentionParams make_params(const AttentionProblem& pr, const at::Tensor& q, con
   p.k_batch_stride = k.stride(0), p.k_head_stride = k.stride(1), p.k_row_stride = k.stride(2);
   p.v_batch_stride = v.stride(0), p.v_head_stride = v.stride(1), p.v_row_stride = v.stride(2);
   p.o_batch_stride = pr.out.stride(0), p.o_head_stride = pr.out.stride(1), p.o_row_stride = pr.out.stride(2);
-  TORCH_CHECK(pr.seqlen_q * (pr.heads_q / pr.heads_kv) < std::numeric_limits<int>::max() &&
-                  pr.seqlen_k < std::numeric_limits<int>::max() && pr.batch * pr.heads_q < std::numeric_limits<int>::max(),
-              kOp, ": sequence or batch*heads too large for 32-bit tile indices");
+  // Tile indices are 32-bit; the kernels round packed rows and keys up to whole tiles (<= 256) and add Sk to
+  // a query row for the causal limit, so each bound keeps that much headroom below 2^31.
+  constexpr int64_t kIndexLimit = std::numeric_limits<int>::max() - 256;
+  const int64_t packed_rows = pr.seqlen_q * (pr.heads_q / pr.heads_kv);
+  TORCH_CHECK(packed_rows <= kIndexLimit && pr.seqlen_q + pr.seqlen_k <= kIndexLimit &&
+                  pr.batch * pr.heads_q <= kIndexLimit,
+              kOp, ": Sq * (Hq / Hk) = ", packed_rows, ", Sq + Sk = ", pr.seqlen_q + pr.seqlen_k, " and B * Hq = ",
+              pr.batch * pr.heads_q, " must each be at most 2^31 - 257 (q ", pr.q.sizes(), ", k ", pr.k.sizes(),
+              ")");
   p.batch = static_cast<int>(pr.batch);
   p.heads_q = static_cast<int>(pr.heads_q);
   p.heads_kv = static_cast<int>(pr.heads_kv);
@@ -204,6 +210,10 @@ std::tuple<at::Tensor, at::Tensor> merge_attention_cuda(const at::Tensor& outs, 
   p.lses = mp.lses.data_ptr<float>();
   p.out = mp.out.data_ptr();
   p.lse = mp.lse.data_ptr<float>();
+  for (int64_t i : {int64_t(0), int64_t(2), int64_t(3), int64_t(4)}) {  // the sizes the kernel holds in int
+    TORCH_CHECK(outs.size(i) <= std::numeric_limits<int>::max(), "flash_attn_ext.merge_attention: outs.shape[", i,
+                "] = ", outs.size(i), " is above 2^31 - 1");
+  }
   p.rows = mp.rows;
   p.splits = static_cast<int>(mp.splits);
   p.head_dim = static_cast<int>(mp.head_dim);

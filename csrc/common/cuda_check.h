@@ -11,11 +11,15 @@
 #include <tuple>
 #include <utility>
 
-#define FAE_CUDA_CHECK(expr)                                                                       \
-  do {                                                                                             \
-    const cudaError_t fae_cuda_error = (expr);                                                     \
-    TORCH_CHECK(fae_cuda_error == cudaSuccess, "CUDA error: ", cudaGetErrorString(fae_cuda_error), \
-                " (", #expr, ")");                                                                 \
+// A failed call's error is also cleared from the thread's last-error slot (as C10_CUDA_CHECK does): left
+// there, the next launch check of any library on this thread would report it as its own.
+#define FAE_CUDA_CHECK(expr)                                                                        \
+  do {                                                                                              \
+    const cudaError_t fae_cuda_error = (expr);                                                      \
+    if (fae_cuda_error != cudaSuccess) {                                                            \
+      (void)cudaGetLastError();                                                                     \
+      TORCH_CHECK(false, "CUDA error: ", cudaGetErrorString(fae_cuda_error), " (", #expr, ")");     \
+    }                                                                                               \
   } while (0)
 #define FAE_LAUNCH_CHECK() FAE_CUDA_CHECK(cudaGetLastError())
 
@@ -97,15 +101,17 @@ inline int resident_blocks_per_sm(Kernel* kernel, int threads, size_t smem_bytes
   });
 }
 
-// The architecture of the binary `kernel` runs on the current device (major * 10 + minor: 90 for sm_90a
-// code), asked once per device. A build without code for that architecture may hold an empty stub there.
+// The architecture `kernel`'s code on the current device was compiled for (major * 10 + minor: 90 for sm_90a
+// code), asked once per device: the lower of the binary's and the PTX's version. A build without code for that
+// architecture may hold an empty stub there; and a build whose PTX (e.g. "8.0+PTX") the driver compiles for
+// sm_90 reports binary version 90 for code whose `__CUDA_ARCH__ >= 900` bodies were compiled out.
 template <typename Kernel>
-inline int kernel_binary_version(Kernel* kernel) {
+inline int kernel_code_version(Kernel* kernel) {
   auto& memo = flash_attn_ext::detail::launch_memo();
   const auto key = std::make_pair(flash_attn_ext::current_cuda_device(), reinterpret_cast<const void*>(kernel));
   return flash_attn_ext::detail::memoized(memo.binary_version, key, [&] {
     cudaFuncAttributes attributes{};
     FAE_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
-    return attributes.binaryVersion;
+    return attributes.binaryVersion < attributes.ptxVersion ? attributes.binaryVersion : attributes.ptxVersion;
   });
 }

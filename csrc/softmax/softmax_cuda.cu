@@ -129,7 +129,9 @@ template <typename T> int64_t chunking_cost(int64_t rows, int64_t len, int64_t c
 
 // Ring pieces of each of `per_sm` blocks sharing an SM's shared memory.
 int pipe_ring_pieces(size_t smem_optin, int per_sm) {
-  return static_cast<int>(std::min<size_t>(kPipeMaxPieces, (smem_optin / per_sm - 2048) / kPipePieceBytes));
+  // Signed: a forced plan (FAE_SOFTMAX_CONFIG) may ask for so many blocks per SM that the share is negative.
+  const int64_t ring_bytes = static_cast<int64_t>(smem_optin / per_sm) - 2048;
+  return static_cast<int>(std::clamp<int64_t>(ring_bytes / kPipePieceBytes, 0, kPipeMaxPieces));
 }
 
 // Elements per chunk when a row is cut into at most `chunks` pieces for the pipelined kernel: whole ring

@@ -13,8 +13,8 @@ namespace softmax {
 
 // As the pipelined kernel: the body exists only in sm_90+ code.
 template <typename T> bool dual_supported() {
-  return kernel_binary_version(dual::library_kernel<T, true>) >= 90 &&
-         kernel_binary_version(dual::library_kernel<T, false>) >= 90;
+  return kernel_code_version(dual::library_kernel<T, true>) >= 90 &&
+         kernel_code_version(dual::library_kernel<T, false>) >= 90;
 }
 
 // Of the two instantiations, the fewer.

@@ -13,7 +13,7 @@ namespace softmax {
 // The kernel body exists only in sm_90+ code; a build without it (say TORCH_CUDA_ARCH_LIST=8.0 running on
 // an H100) has an empty kernel, which must never be chosen.
 template <typename T> bool pipe_supported() {
-  return kernel_binary_version(&pipe::softmax_pipelined_rows_kernel<T>) >= 90;
+  return kernel_code_version(&pipe::softmax_pipelined_rows_kernel<T>) >= 90;
 }
 
 template <typename T> int pipe_blocks_per_sm(int threads, size_t smem_bytes) {

@@ -37,19 +37,29 @@ def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
     return diff / denom if denom > 0 else diff
 
 
-def poison(device, nbytes: int = 1 << 24) -> None:
-    """Fill the CUDA caching allocator with NaN bytes so output elements a kernel never writes read as NaN.
+def poison(device, *output_nbytes: int) -> None:
+    """Make the CUDA caching allocator hand NaN bytes to the op's next allocations, so output elements a kernel
+    never writes read as NaN (all-ones bytes are NaN in float16, bfloat16, float32 and float64 alike).
 
-    The ops allocate their outputs, so the only way to poison them is through the allocator: blocks freed
-    here go back to its cache (large and small pools) and are handed out again to the next allocations.
-    All-ones bytes are NaN in float16, bfloat16, float32 and float64 alike. A no-op on the CPU, whose
+    The ops allocate their outputs, so the only way to poison them is through the allocator, whose choice is
+    deterministic: the smallest free block that fits, split at its start. Blocks of exactly each size in
+    `output_nbytes` (three of each: a contiguous copy of the input or a workspace of the same size may come
+    first) are taken and filled here, then freed, so the op's allocations of those sizes land on the same
+    bytes. Checked: a fresh allocation of the first size must read all NaN. (Large generic blocks alone did not
+    reach the outputs: the allocator gave them the input's freed temporaries.) A no-op on the CPU, whose
     allocator gives fresh pages back to the OS and back from it.
     """
     if torch.device(device).type != "cuda":
         return
-    large = torch.full((max(nbytes, 2 << 20),), 255, dtype=torch.uint8, device=device)
-    small = [torch.full((1 << 20,), 255, dtype=torch.uint8, device=device) for _ in range(2)]
-    del large, small
+    sizes = [n for n in output_nbytes if n > 0]
+    held = [torch.full((n,), 255, dtype=torch.uint8, device=device) for n in sizes for _ in range(3)]
+    held += [torch.full((16 << 20,), 255, dtype=torch.uint8, device=device)] + \
+            [torch.full((1 << 20,), 255, dtype=torch.uint8, device=device) for _ in range(2)]
+    del held
+    if sizes:
+        probe = torch.empty(sizes[0], dtype=torch.uint8, device=device)
+        assert bool((probe == 255).all()), "poison: the allocator did not hand back the poisoned block"
+        del probe
 
 
 # --- softmax family -----------------------------------------------------------------------------------------

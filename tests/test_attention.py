@@ -62,7 +62,7 @@ def make_qkv(b, hq, hk, sq, sk, d, dtype, device, layout="bhsd"):
 
 def check_attention(q, k, v, causal=False, scale=None):
     """Runs fae.attention once (on a poisoned allocator) and checks it with check_result. Returns (out, lse)."""
-    poison(q.device, 4 * q.numel() * q.element_size())
+    poison(q.device, q.numel() * q.element_size(), q.shape[:3].numel() * 4)
     out, lse = fae.attention(q, k, v, causal=causal, scale=scale, return_lse=True)
     check_result(out, lse, q, k, v, causal, scale)
     return out, lse
@@ -288,7 +288,7 @@ def test_merge_matches_full(device, dtype, blocks, form):
     outs, lses = [o for o, _ in parts], [l for _, l in parts]
     if form == "tensor":
         outs, lses = torch.stack(outs), torch.stack(lses)
-    poison(device)
+    poison(device, q.numel() * q.element_size(), q.shape[:3].numel() * 4)
     out, lse = fae.merge_attention(outs, lses)
     assert out.shape == q.shape and out.dtype == dtype and lse.shape == q.shape[:3] and lse.dtype == torch.float32
 
@@ -318,7 +318,7 @@ def test_merge_ignores_blocks_with_lse_neg_inf(device, dtype):
     outs[0, 0, 1, 5] = math.inf
     lses[:, 1, 2, 7:9] = -math.inf          # every block empty: out 0, lse -inf
     outs[:, 1, 2, 7:9] = math.nan
-    poison(device)
+    poison(device, outs[0].numel() * outs.element_size(), lses[0].numel() * 4)
     out, lse = fae.merge_attention(outs, lses)
     ref_out, ref_lse = merge_ref(outs, lses)
     assert not out.isnan().any() and not lse.isnan().any()

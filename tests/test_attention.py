@@ -412,10 +412,21 @@ def test_attention_device_mismatch(which):
         fae.attention(*args)
 
 
-def test_fake_kernels_check_devices():
+def test_fake_kernels_check_devices_and_dtypes():
     # A meta tensor among CPU tensors dispatches to the fake kernel, which must refuse the mix rather than
-    # return uninitialized CPU memory.
+    # return uninitialized CPU memory; and a dtype the real kernel refuses must not trace to an output.
     q, k, v = _qkv()
+    qm, km, vm = (t.to("meta") for t in (q, k, v))
+    with pytest.raises(TypeError, match=r"flash_attn_ext\.attention: q must be float16, bfloat16 or float32"):
+        fae.attention(qm.double(), km.double(), vm.double())
+    with pytest.raises(TypeError, match=r"flash_attn_ext\.attention: v must have q's dtype"):
+        fae.attention(qm, km, vm.half())
+    with pytest.raises(TypeError, match=r"flash_attn_ext\.merge_attention: outs must be float16"):
+        fae.merge_attention(torch.empty(2, 1, 3, 4, 8, device="meta", dtype=torch.int32),
+                            torch.empty(2, 1, 3, 4, device="meta"))
+    with pytest.raises(TypeError, match=r"flash_attn_ext\.merge_attention: lses must be float32"):
+        fae.merge_attention(torch.empty(2, 1, 3, 4, 8, device="meta"),
+                            torch.empty(2, 1, 3, 4, device="meta", dtype=torch.float64))
     with pytest.raises(RuntimeError, match=r"flash_attn_ext\.attention: k is on meta but q is on cpu"):
         fae.attention(q, k.to("meta"), v)
     with pytest.raises(RuntimeError, match=r"flash_attn_ext\.attention: v is on meta but q is on cpu"):

@@ -277,7 +277,7 @@ MERGED_VS_FULL_TOL = {torch.float16: dict(rtol=2e-3, atol=1e-4), torch.bfloat16:
 SPLITS = {2: [0, 300, 1025], 3: [0, 1, 600, 1025], 4: [0, 100, 101, 700, 1025]}
 
 
-@pytest.mark.parametrize("form", ["tensor", "sequence"])
+@pytest.mark.parametrize("form", ["tensor", "sequence", "strided"])
 @pytest.mark.parametrize("blocks", sorted(SPLITS))
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("device", DEVICES)
@@ -288,6 +288,9 @@ def test_merge_matches_full(device, dtype, blocks, form):
     outs, lses = [o for o, _ in parts], [l for _, l in parts]
     if form == "tensor":
         outs, lses = torch.stack(outs), torch.stack(lses)
+    elif form == "strided":  # (N, B, H, S, D) views of (B, N, H, S, D) / (B, N, H, S) memory
+        outs, lses = torch.stack(outs, dim=1).transpose(0, 1), torch.stack(lses, dim=1).transpose(0, 1)
+        assert not outs.is_contiguous() and not lses.is_contiguous()
     poison(device, q.numel() * q.element_size(), q.shape[:3].numel() * 4)
     out, lse = fae.merge_attention(outs, lses)
     assert out.shape == q.shape and out.dtype == dtype and lse.shape == q.shape[:3] and lse.dtype == torch.float32

@@ -143,6 +143,23 @@ def test_logsumexp_accuracy(device, dtype, shape, dim, layout, keepdim):
     check_against_reference(out, ref, torch.logsumexp(x, dim, keepdim), dtype, "logsumexp")
 
 
+@pytest.mark.parametrize("where", ["first", "last"])
+@pytest.mark.parametrize("length", [97, 1025, 4097])
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("device", DEVICES)
+def test_wide_rows_need_the_max(device, dtype, algorithm, length, where):
+    # One element 100 above the rest of its row (first, or in the last partial vector): exp without the max
+    # subtracted overflows float32 there, and a max taken over part of the row misses it.
+    x = make_input((5, length), dtype, device)
+    x[:, 0 if where == "first" else -1] += 100.0
+    for op, ref_fn, torch_fn in ((fae.softmax, softmax_ref, torch.softmax),
+                                 (fae.log_softmax, log_softmax_ref, torch.log_softmax),
+                                 (fae.logsumexp, logsumexp_ref, torch.logsumexp)):
+        kwargs = {} if op is fae.logsumexp else {"algorithm": algorithm}
+        check_against_reference(op(x, -1, **kwargs), ref_fn(x, -1), torch_fn(x, -1), dtype, op.__name__)
+
+
 @pytest.mark.cuda
 @requires_cuda
 @pytest.mark.parametrize("shape, dim, layout", [p for p in _cases(CUDA_CASES) if p.values[2] != "transposed"])

@@ -97,15 +97,15 @@ def _wrap_softmax_dim(op: str, x: Tensor, dim: int) -> int:
     return dim % rank
 
 
-def _check_attention_args(op: str, ref_name: str, ref: Tensor, **others: Tensor) -> None:
-    """ref's dtype (the outputs' dtype) and the others' devices; k and v must also have q's dtype."""
-    if ref.dtype not in (torch.float16, torch.bfloat16, torch.float32):
-        raise TypeError(f"flash_attn_ext.{op}: {ref_name} must be float16, bfloat16 or float32, got {ref.dtype}")
+def _check_attention_dtype(op: str, name: str, t: Tensor) -> None:
+    if t.dtype not in (torch.float16, torch.bfloat16, torch.float32):
+        raise TypeError(f"flash_attn_ext.{op}: {name} must be float16, bfloat16 or float32, got {t.dtype}")
+
+
+def _check_same_device(op: str, ref_name: str, ref: Tensor, **others: Tensor) -> None:
     for name, t in others.items():
         if t.device != ref.device:
             raise RuntimeError(f"flash_attn_ext.{op}: {name} is on {t.device} but {ref_name} is on {ref.device}")
-        if op == "attention" and t.dtype != ref.dtype:
-            raise TypeError(f"flash_attn_ext.{op}: {name} must have q's dtype {ref.dtype}, got {t.dtype}")
 
 
 @torch.library.register_fake("flash_attn_ext::softmax")
@@ -134,15 +134,20 @@ def _logsumexp_fake(x, dim, keepdim):
 
 @torch.library.register_fake("flash_attn_ext::attention")
 def _attention_fake(q, k, v, causal, scale):
-    _check_attention_args("attention", "q", q, k=k, v=v)
+    _check_attention_dtype("attention", "q", q)
+    for name, t in (("k", k), ("v", v)):
+        if t.dtype != q.dtype:
+            raise TypeError(f"flash_attn_ext.attention: {name} must have q's dtype {q.dtype}, got {t.dtype}")
+    _check_same_device("attention", "q", q, k=k, v=v)
     return torch.empty_like(q), q.new_empty(q.shape[:3], dtype=torch.float32)
 
 
 @torch.library.register_fake("flash_attn_ext::merge_attention")
 def _merge_attention_fake(outs, lses):
-    _check_attention_args("merge_attention", "outs", outs, lses=lses)
+    _check_attention_dtype("merge_attention", "outs", outs)
     if lses.dtype != torch.float32:
         raise TypeError(f"flash_attn_ext.merge_attention: lses must be float32, got {lses.dtype}")
+    _check_same_device("merge_attention", "outs", outs, lses=lses)
     return outs.new_empty(outs.shape[1:]), lses.new_empty(lses.shape[1:])
 
 

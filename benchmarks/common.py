@@ -149,38 +149,48 @@ class Timer:
 
     def time(self, fn, flush=True, warmup=None, reps=None):
         """Median and spread (ms) of ``fn()`` over the reps, each call timed alone after a cache flush."""
+        return self.time_interleaved([fn], flush, warmup, reps)[0]
+
+    def time_interleaved(self, fns, flush=True, warmup=None, reps=None):
+        """``time`` for several callables at once, their reps taken in turn (rep i of every callable before rep
+        i + 1 of any), so a drift of the device over the point (clocks, other tenants, the allocator) lands on
+        all of them alike and their ratios do not depend on which was timed first. Returns one summary per
+        callable, in order."""
         warmup = self.warmup if warmup is None else warmup
         reps = self.reps if reps is None else reps
         self.sync()
         t0 = time.perf_counter()
         for _ in range(max(1, warmup)):
-            if flush:
-                self.flush()
-            fn()
+            for fn in fns:
+                if flush:
+                    self.flush()
+                fn()
         self.sync()
-        per_call = (time.perf_counter() - t0) / max(1, warmup)
-        if per_call * reps > self.max_point_seconds:
-            reps = max(3, int(self.max_point_seconds / max(per_call, 1e-9)))
+        per_round = (time.perf_counter() - t0) / max(1, warmup)
+        if per_round * reps > self.max_point_seconds * len(fns):
+            reps = max(3, int(self.max_point_seconds * len(fns) / max(per_round, 1e-9)))
+        times = [[] for _ in fns]
         if self.cuda:
-            starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-            ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+            events = [[(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                       for _ in range(reps)] for _ in fns]
             for i in range(reps):
-                if flush:
-                    self.flush()
-                starts[i].record()
-                fn()
-                ends[i].record()
+                for k, fn in enumerate(fns):
+                    if flush:
+                        self.flush()
+                    events[k][i][0].record()
+                    fn()
+                    events[k][i][1].record()
             torch.cuda.synchronize(self.device)
-            times = [s.elapsed_time(e) for s, e in zip(starts, ends)]
+            times = [[s.elapsed_time(e) for s, e in ev] for ev in events]
         else:
-            times = []
             for _ in range(reps):
-                if flush:
-                    self.flush()
-                t = time.perf_counter()
-                fn()
-                times.append((time.perf_counter() - t) * 1e3)
-        return summarize_ms(times)
+                for k, fn in enumerate(fns):
+                    if flush:
+                        self.flush()
+                    t = time.perf_counter()
+                    fn()
+                    times[k].append((time.perf_counter() - t) * 1e3)
+        return [summarize_ms(t) for t in times]
 
 
 # --- ceilings -------------------------------------------------------------------------------------------

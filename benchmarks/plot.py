@@ -25,6 +25,7 @@ STYLE = {  # impl -> (label, color, line width)
     "fae:online": ("fae online", "#ff9896", 1.5),
     "fae:safe": ("fae safe", "#8c564b", 1.5),
     "torch": ("torch", "#1f77b4", 1.5),
+    "copy": ("same-size copy", "#7f7f7f", 1.5),
     "sdpa_flash": ("SDPA flash", "#1f77b4", 1.5),
     "sdpa_cudnn": ("SDPA cuDNN", "#2ca02c", 1.5),
     "sdpa_efficient": ("SDPA efficient", "#9467bd", 1.5),

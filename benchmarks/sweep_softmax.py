@@ -6,8 +6,9 @@ FAE_SOFTMAX_CONFIG is read once per process, so each configuration runs in its o
 start (import torch, CUDA context, allocations) ahead of their turn, a few at a time, and time only when the
 driver tells them to, so only one process uses the GPU at a time. Every result is checked against torch on
 float32 upcast input before timing (the output buffer is poisoned with NaN first); a result over the
-tolerance, or an error, marks the configuration invalid for that shape. "copy" is a same-size device copy
-(x -> y) timed the same way: the ceiling at that size under this timing method.
+tolerance, or an error, marks the configuration invalid for that shape. Every worker also times torch.softmax,
+interleaved with its configuration, so each configuration has a ratio to torch taken in one process. "copy"
+is a same-size device copy (x -> y) timed the same way: the ceiling at that size under this timing method.
 
     python3 benchmarks/sweep_softmax.py                          # all target shapes, fp32 and bf16 (~1-2 min)
     python3 benchmarks/sweep_softmax.py --shapes 1024x32768 --dtypes bf16 --extra-dir $OUT
@@ -135,10 +136,13 @@ def worker(args):
         torch.manual_seed(0)
         x = torch.randn(rows, cols, device=device, dtype=torch.float32).mul_(3).to(dtype)
         ref = ops[op][2](x.float())
-        impls = [("fae", ops[op][0])]
+        # torch runs in every worker, interleaved with the config (common.Timer.time_interleaved): the ratio to
+        # it is free of the drift between processes that separates configs timed in turn.
+        impls = [("fae", ops[op][0]), ("torch", ops[op][1])]
         if args.config == "default":
             y = torch.empty_like(x)
-            impls += [("torch", ops[op][1]), ("copy", lambda x, y=y: y.copy_(x))]
+            impls.append(("copy", lambda x, y=y: y.copy_(x)))
+        recs, fns = [], []
         for impl, fn in impls:
             rec = {"config": args.config, "impl": impl, "op": op, "dtype": dname, "shape": [rows, cols],
                    "error": None}
@@ -152,9 +156,11 @@ def worker(args):
                     if not rec["rel_err"] <= REL_TOL[dname]:
                         rec["error"] = f"wrong result: rel err {rec['rel_err']:.3g}, max abs diff {rec['max_abs_diff']:.3g}"
                 if rec["error"] is None:
-                    rec.update(timer.time(lambda: fn(x)))
                     out_numel = rows if op == "logsumexp" and impl != "copy" else rows * cols
                     rec["bytes"] = (rows * cols + out_numel) * ELT[dname]
+                    recs.append(rec)
+                    fns.append(lambda fn=fn: fn(x))
+                    continue
             except Exception as e:
                 rec["error"] = common.first_line(e, 300)
                 if common.cuda_context_broken(device):
@@ -162,6 +168,10 @@ def worker(args):
                     print("RESULT " + json.dumps(rec), flush=True)
                     return 3
             print("RESULT " + json.dumps(rec), flush=True)
+        if fns:
+            for rec, stats in zip(recs, timer.time_interleaved(fns)):
+                rec.update(stats)
+                print("RESULT " + json.dumps(rec), flush=True)
         del x, ref
     return 0
 
@@ -207,11 +217,18 @@ def summarize(payload):
             keys.append(k)
     # per-point details of the fae configs (compact, before the summary)
     for op, dname, shape in keys:
-        pts = [r for r in res if (r["op"], r["dtype"], tuple(r["shape"])) == (op, dname, shape) and r["impl"] == "fae"]
+        here = [r for r in res if (r["op"], r["dtype"], tuple(r["shape"])) == (op, dname, shape)]
+        pts = [r for r in here if r["impl"] == "fae"]
         ok = sorted((r for r in pts if not r["error"]), key=lambda r: r["median_ms"])
         bad = [r for r in pts if r["error"]]
-        lines.append(f"-- {op} {dname} {shape[0]}x{shape[1]}: " + "; ".join(
-            f"{r['config'].replace('kind=', '')} {r['median_ms'] * 1e3:.1f}" for r in ok[:8]) +
+        torch_of = {r["config"]: r for r in here if r["impl"] == "torch" and not r["error"]}
+
+        def vs_torch(r):
+            t = torch_of.get(r["config"])
+            return f" ({t['median_ms'] / r['median_ms']:.3f}x)" if t else ""
+
+        lines.append(f"-- {op} {dname} {shape[0]}x{shape[1]} (x = its own worker's torch / it): " + "; ".join(
+            f"{r['config'].replace('kind=', '')} {r['median_ms'] * 1e3:.1f}{vs_torch(r)}" for r in ok[:8]) +
             (f" | invalid: {len(bad)} ({'; '.join(r['config'] + ': ' + r['error'][-70:] for r in bad[:2])})"
              if bad else ""))
     headers = ["op", "dtype", "shape", "copy us", "copy%", "torch us", "default us", "def %", "best us", "best %",
@@ -221,7 +238,7 @@ def summarize(payload):
         sel = [r for r in res if (r["op"], r["dtype"], tuple(r["shape"])) == (op, dname, shape)]
         get = lambda impl, cfg=None: next((r for r in sel if r["impl"] == impl and not r["error"] and
                                            (cfg is None or r["config"] == cfg)), None)
-        cp, tq, df = get("copy"), get("torch"), get("fae", "default")
+        cp, tq, df = get("copy"), get("torch", "default"), get("fae", "default")
         ok = sorted((r for r in sel if r["impl"] == "fae" and not r["error"]), key=lambda r: r["median_ms"])
         best = ok[0] if ok else None
         us = lambda r: common.num(r["median_ms"] * 1e3) if r else "n/a"

@@ -24,6 +24,9 @@ OPS = ("softmax", "log_softmax", "logsumexp")
 REL_TOL = {"fp32": 1e-4, "fp16": 1e-2, "bf16": 2e-2}
 
 
+IDENTITY = ("op", "impl", "dtype", "shape", "max_abs_diff", "rel_err", "flag")
+
+
 def impls(fae, op):
     """(impl name, callable(x) -> output) pairs for one op; the torch peer after ours. softmax also times a copy
     of x (``x.clone()``: the same bytes read and written, a fresh output like the ops'): the ceiling of this
@@ -59,6 +62,9 @@ def main(argv=None):
     common.add_common_args(p)
     p.add_argument("--shapes", default=None, help="comma list of RxC, e.g. 4096x4096,8x4m (k = 1024, m = 1024^2)")
     p.add_argument("--ops", default=",".join(OPS), help=f"comma list among {','.join(OPS)}")
+    p.add_argument("--timing", default="cold,stream",
+                   help="cold (each call alone after an L2 flush) and/or stream (calls back to back over rotating "
+                        "inputs in a CUDA graph); see common.Timer")
     args = p.parse_args(argv)
 
     device = common.resolve_device(args.device)
@@ -70,6 +76,9 @@ def main(argv=None):
     for o in ops:
         if o not in OPS:
             raise SystemExit(f"unknown op {o!r}; choose among {', '.join(OPS)}")
+    timings = [t.strip() for t in args.timing.split(",") if t.strip()]
+    if not timings or any(t not in ("cold", "stream") for t in timings):
+        raise SystemExit(f"--timing takes cold and/or stream, got {args.timing!r}")
 
     torch.manual_seed(0)
     budget = common.Budget(args.max_seconds)
@@ -82,7 +91,7 @@ def main(argv=None):
     payload = {"benchmark": "softmax", "env": env, "ceilings": ceilings,
                "config": {"shapes": shapes, "dtypes": dtypes, "ops": ops, "warmup": timer.warmup,
                           "reps": timer.reps, "flush": timer.flush_mode, "flush_bytes": timer.flush_bytes,
-                          "quick": args.quick,
+                          "quick": args.quick, "timing": timings,
                           "bandwidth": "(numel(x) + numel(out)) * element size / median time"},
                "complete": False, "results": []}
     print(f"# softmax benchmark on {env['device_name']} (torch {env['torch']}, commit {env['git_commit'][:12]}); "
@@ -95,9 +104,9 @@ def main(argv=None):
         for rows, cols in shapes:
             if broken:
                 break
-            x = None
+            x = xs = None
             for op in ops:
-                recs, fns, ref = [], [], None
+                recs, fns, fns_of_x, ref = [], [], [], None
                 for impl, fn in impls(fae, op):
                     rec = {"op": op, "impl": impl, "dtype": dname, "shape": [rows, cols], "error": None}
                     payload["results"].append(rec)
@@ -115,6 +124,7 @@ def main(argv=None):
                             del out
                         recs.append(rec)
                         fns.append(lambda fn=fn: fn(x))
+                        fns_of_x.append(fn)
                     except Exception as e:
                         rec["error"] = common.first_line(e)
                         broken = common.cuda_context_broken(device)
@@ -126,26 +136,37 @@ def main(argv=None):
                         if broken:
                             break
                 del ref
-                # Every impl that ran is timed in one interleaved series (common.Timer.time_interleaved).
-                if fns and not broken:
+                # Every impl that ran is timed in one interleaved series per timing (common.Timer).
+                out_numel = rows if op == "logsumexp" else rows * cols
+                for timing in timings:
+                    if not fns or broken:
+                        break
                     try:
-                        stats = timer.time_interleaved(fns)
+                        if timing == "cold":
+                            stats = timer.time_interleaved(fns)
+                        else:
+                            xs = timer.stream_inputs(x, rows * cols * x.element_size()) if xs is None else xs
+                            stats = timer.time_stream([lambda xi, fn=fn: fn(xi) for fn in fns_of_x], xs)
                     except Exception as e:
-                        stats = [{"error": common.first_line(e)}] * len(recs)
+                        stats = [{"error": f"{timing} timing: {common.first_line(e)}"}] * len(recs)
                         broken = common.cuda_context_broken(device)
-                    out_numel = rows if op == "logsumexp" else rows * cols
                     for rec, st in zip(recs, stats):
-                        rec.update(st)
-                        if rec["error"] is None:
-                            rec["bytes"] = (rows * cols + out_numel) * x.element_size()
-                            rec["GBps"] = rec["bytes"] / (rec["median_ms"] * 1e-3) / 1e9
-                            rec["pct_copy"] = 100 * rec["GBps"] / copy_gbps if copy_gbps else None
-                        elif rec["impl"].startswith("fae"):
+                        r = rec
+                        if timing != timings[0]:  # a record per timing: the identity and check of the first
+                            r = {k: rec[k] for k in IDENTITY if k in rec}
+                            payload["results"].append(r)
+                        r.update(st, timing=timing)
+                        r.setdefault("error", None)
+                        if r.get("error") is None:
+                            r["bytes"] = (rows * cols + out_numel) * x.element_size()
+                            r["GBps"] = r["bytes"] / (r["median_ms"] * 1e-3) / 1e9
+                            r["pct_copy"] = 100 * r["GBps"] / copy_gbps if copy_gbps else None
+                        elif r["impl"].startswith("fae"):
                             fae_errors += 1
-                        print(_progress_line(rec), flush=True)
+                        print(_progress_line(r), flush=True)
                 if broken:
                     break
-            del x
+            del x, xs
             if cuda and not broken:
                 torch.cuda.empty_cache()
             common.write_json(payload, paths)
@@ -154,7 +175,8 @@ def main(argv=None):
 
 
 def _progress_line(rec):
-    head = f"{rec['op']:<11} {rec['impl']:<10} {rec['dtype']:<4} {rec['shape'][0]:>6}x{rec['shape'][1]:<8}"
+    head = (f"{rec['op']:<11} {rec['impl']:<10} {rec['dtype']:<4} {rec['shape'][0]:>6}x{rec['shape'][1]:<8} "
+            f"{rec.get('timing', ''):<6}")
     if rec["error"]:
         return f"{head} n/a  {rec['error']}"
     check = f"  maxdiff {rec['max_abs_diff']:.2e}{'  !' if rec['flag'] else ''}" if "max_abs_diff" in rec else ""

@@ -192,6 +192,45 @@ class Timer:
                     times[k].append((time.perf_counter() - t) * 1e3)
         return [summarize_ms(t) for t in times]
 
+    def stream_inputs(self, x, out_bytes):
+        """Copies of ``x`` for ``time_stream``: enough that a pass over them (each call reading one and writing
+        ``out_bytes``) moves 4x the L2 size, so no call finds its input in L2 though nothing flushes. At least 2,
+        at most 512."""
+        per_call = x.numel() * x.element_size() + out_bytes
+        l2 = getattr(torch.cuda.get_device_properties(self.device), "L2_cache_size", 50 * MiB) if self.cuda else 0
+        count = max(2, min(512, -(-4 * max(l2, MiB) // max(per_call, 1)) + 1))
+        return [x] + [x.clone() for _ in range(count - 1)]
+
+    def time_stream(self, fns, xs, reps=None):
+        """Sustained time per call of each ``fn(x)``: the calls over every input of ``xs`` back to back (one CUDA
+        graph per callable, so neither host launch overhead nor a flush sits between them; their outputs stay
+        alive, so each call writes fresh memory), the time of one pass divided by len(xs); the passes of the
+        callables taken in turn as in ``time_interleaved``. What a model sees when the op runs between other
+        kernels: no per-call start-up cost, and every byte written is written back inside the timed passes.
+        The bytes over this time compare like for like with the copy bandwidth (itself one long copy). On the
+        CPU: a plain loop over xs. Returns one summary (ms per call) per callable."""
+        reps = max(3, self.reps // 4 if reps is None else reps)
+        passes = []
+        for fn in fns:
+            if not self.cuda:
+                passes.append(lambda fn=fn: [fn(x) for x in xs])
+                continue
+            side = torch.cuda.Stream(self.device)
+            side.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(side):  # warm-up off the capture: module loads, allocator blocks
+                for x in xs[:2]:
+                    fn(x)
+            torch.cuda.current_stream(self.device).wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                outs = [fn(x) for x in xs]  # alive to the end of the capture: one output block per call
+            passes.append(lambda graph=graph, outs=outs: graph.replay())
+        stats = self.time_interleaved(passes, flush=False, warmup=1, reps=reps)
+        for s in stats:
+            for k in ("median_ms", "min_ms", "p20_ms", "p80_ms", "mean_ms"):
+                s[k] /= len(xs)
+        return stats
+
 
 # --- ceilings -------------------------------------------------------------------------------------------
 

@@ -114,17 +114,18 @@ def plot_attention(plt, payload, path):
 
 def plot_softmax(plt, payload, path):
     res = [r for r in payload["results"] if r["op"] == "softmax"]
-    dtypes = list(dict.fromkeys(r["dtype"] for r in res))
+    panels = list(dict.fromkeys((r.get("timing", "cold"), r["dtype"]) for r in res))
     shapes = list(dict.fromkeys(tuple(r["shape"]) for r in res))
     impls = list(dict.fromkeys(r["impl"] for r in res))
-    fig, axes = plt.subplots(len(dtypes), 1, figsize=(max(8, 1.3 * len(shapes)), 3.4 * len(dtypes)), squeeze=False)
+    fig, axes = plt.subplots(len(panels), 1, figsize=(max(8, 1.3 * len(shapes)), 3.4 * len(panels)), squeeze=False)
     width = 0.8 / max(1, len(impls))
-    for i, dt in enumerate(dtypes):
+    for i, (timing, dt) in enumerate(panels):
         ax = axes[i][0]
         for n, impl in enumerate(impls):
             vals = []
             for s in shapes:
-                r = next((r for r in res if r["impl"] == impl and r["dtype"] == dt and tuple(r["shape"]) == s), None)
+                r = next((r for r in res if r["impl"] == impl and r["dtype"] == dt and tuple(r["shape"]) == s
+                          and r.get("timing", "cold") == timing), None)
                 vals.append((r.get("pct_copy") or 0) if r is not None and _ok(r) else 0)
             label, color, _ = STYLE.get(impl, (impl, None, 1.5))
             ax.bar([x + n * width for x in range(len(shapes))], vals, width, label=label, color=color)
@@ -132,7 +133,8 @@ def plot_softmax(plt, payload, path):
         ax.set_xticklabels([f"{r}x{c}" for r, c in shapes], fontsize=7)
         ax.axhline(100, ls=":", color="gray", lw=1)
         ax.set_ylabel("% of copy bandwidth", fontsize=8)
-        ax.set_title(f"softmax, {dt} (bytes read once + written once / time)", fontsize=9)
+        ax.set_title(f"softmax, {dt}, {tables.TIMING_NOTE.get(timing, timing)} (bytes read once + written once "
+                     f"/ time)", fontsize=9)
         ax.grid(alpha=0.3, axis="y")
         ax.tick_params(labelsize=7)
         if i == 0:

@@ -54,8 +54,24 @@ def _err(r):
 
 # --- softmax ---------------------------------------------------------------------------------------------
 
+TIMING_NOTE = {
+    "cold": "cold: each call alone after an L2 flush, CUDA events around it",
+    "stream": "stream: calls back to back over rotating inputs (one CUDA graph), time per call",
+}
+
+
 def softmax_tables(payload, markdown=False):
+    """One set of tables per timing in the run (records without a timing are cold: runs before 47e9c44)."""
     res = payload.get("results", [])
+    timings = list(dict.fromkeys(r.get("timing", "cold") for r in res)) or ["cold"]
+    out = [_header(payload)]
+    for timing in timings:
+        out += ["", f"== {TIMING_NOTE.get(timing, timing)}",
+                _softmax_tables_of([r for r in res if r.get("timing", "cold") == timing], markdown)]
+    return "\n".join(out)
+
+
+def _softmax_tables_of(res, markdown):
     by = {(r["op"], r["impl"], r["dtype"], tuple(r["shape"])): r for r in res}
     keys = []
     for r in res:
@@ -75,7 +91,7 @@ def softmax_tables(payload, markdown=False):
         a, b = by.get((op, ours) + k), by.get((op, "torch") + k)
         return common.fmt(_ratio(b["median_ms"], a["median_ms"]), ".2f") if _ok(a) and _ok(b) else "n/a"
 
-    out = [_header(payload), ""]
+    out = []
     ops = {r["op"] for r in res}
     if "softmax" in ops:
         rows = []

@@ -8,7 +8,8 @@ driver tells them to, so only one process uses the GPU at a time. Every result i
 float32 upcast input before timing (the output buffer is poisoned with NaN first); a result over the
 tolerance, or an error, marks the configuration invalid for that shape. Every worker also times torch.softmax,
 interleaved with its configuration, so each configuration has a ratio to torch taken in one process. "copy"
-is a same-size device copy (x -> y) timed the same way: the ceiling at that size under this timing method.
+is a same-size device copy (x.clone(), a fresh output like the ops') timed the same way: the ceiling at that
+size under this timing method. --timing stream times as bench_softmax's stream columns do.
 
     python3 benchmarks/sweep_softmax.py                          # all target shapes, fp32 and bf16 (~1-2 min)
     python3 benchmarks/sweep_softmax.py --shapes 1024x32768 --dtypes bf16 --extra-dir $OUT
@@ -140,9 +141,8 @@ def worker(args):
         # it is free of the drift between processes that separates configs timed in turn.
         impls = [("fae", ops[op][0]), ("torch", ops[op][1])]
         if args.config == "default":
-            y = torch.empty_like(x)
-            impls.append(("copy", lambda x, y=y: y.copy_(x)))
-        recs, fns = [], []
+            impls.append(("copy", lambda x: x.clone()))
+        recs, fns, fns_of_x = [], [], []
         for impl, fn in impls:
             rec = {"config": args.config, "impl": impl, "op": op, "dtype": dname, "shape": [rows, cols],
                    "error": None}
@@ -160,6 +160,7 @@ def worker(args):
                     rec["bytes"] = (rows * cols + out_numel) * ELT[dname]
                     recs.append(rec)
                     fns.append(lambda fn=fn: fn(x))
+                    fns_of_x.append(fn)
                     continue
             except Exception as e:
                 rec["error"] = common.first_line(e, 300)
@@ -169,8 +170,14 @@ def worker(args):
                     return 3
             print("RESULT " + json.dumps(rec), flush=True)
         if fns:
-            for rec, stats in zip(recs, timer.time_interleaved(fns)):
-                rec.update(stats)
+            if args.timing == "stream":
+                xs = timer.stream_inputs(x, rows * cols * ELT[dname])
+                stats_all = timer.time_stream([lambda xi, fn=fn: fn(xi) for fn in fns_of_x], xs)
+                del xs
+            else:
+                stats_all = timer.time_interleaved(fns)
+            for rec, stats in zip(recs, stats_all):
+                rec.update(stats, timing=args.timing)
                 print("RESULT " + json.dumps(rec), flush=True)
         del x, ref
     return 0
@@ -184,7 +191,8 @@ def start_worker(config, tasks, args):
     if config != "default":
         env["FAE_SOFTMAX_CONFIG"] = config
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--config", config, "--tasks", json.dumps(tasks),
-           "--reps", str(args.reps), "--warmup", str(args.warmup), "--max-point-seconds", str(args.max_point_seconds)]
+           "--reps", str(args.reps), "--warmup", str(args.warmup), "--max-point-seconds", str(args.max_point_seconds),
+           "--timing", args.timing]
     if args.device:
         cmd += ["--device", args.device]
     return subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -249,7 +257,7 @@ def summarize(payload):
     lines.append("")
     lines.append(common.format_table(headers, rows, align=(0, 1, 2, 11)))
     lines.append(f"% = (bytes read + bytes written) / median time / copy bandwidth "
-                 f"({common.fmt(copy_gbps, '.0f')} GB/s, 1 GiB copy); copy us = same-size copy x -> y, same method")
+                 f"({common.fmt(copy_gbps, '.0f')} GB/s, 1 GiB copy); copy us = same-size x.clone(), same method")
     return "\n".join(lines)
 
 
@@ -269,7 +277,8 @@ def driver(args):
             plan.append((config, tasks))
     budget = common.Budget(args.max_seconds)
     payload = {"benchmark": "sweep_softmax", "config": {"shapes": shapes, "dtypes": dtypes, "ops": ops,
-                                                        "reps": args.reps, "warmup": args.warmup},
+                                                        "reps": args.reps, "warmup": args.warmup,
+                                                        "timing": args.timing},
                "results": [], "complete": False}
     slug = "unknown"
     print(f"# sweep: {len(plan)} configurations, {sum(len(t) for _, t in plan)} points", flush=True)
@@ -336,6 +345,9 @@ def main(argv=None):
     p.add_argument("--reps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--max-point-seconds", type=float, default=1.0)
+    p.add_argument("--timing", choices=("cold", "stream"), default="cold",
+                   help="cold: each call alone after an L2 flush; stream: calls back to back over rotating inputs "
+                        "(common.Timer.time_stream)")
     p.add_argument("--max-seconds", type=float, default=140.0, help="budget; configurations left are skipped")
     p.add_argument("--prestart", type=int, default=4, help="workers started ahead (startup overlaps timing)")
     p.add_argument("--results-dir", default=common.RESULTS_DIR)

@@ -540,6 +540,26 @@ def test_split_rows_back_to_back_cuda(dtype):
 
 @pytest.mark.cuda
 @requires_cuda
+@pytest.mark.parametrize("shape, dim", [((4096, 128), -1), ((512, 4097), -1), ((16, 262_144), -1), ((4097, 7), 0)],
+                         ids=["warp", "block", "split", "columns"])
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_chained_calls_wait_for_the_previous_kernel_cuda(algorithm, shape, dim):
+    # On sm_90 our kernels launch early, overlapping the previous kernel's tail (kernel_launch.h), and must wait
+    # for it before touching memory. Each call here consumes the previous call's output at once, and each output
+    # lands on NaN-poisoned memory that the call two back read: a kernel that read its input before the
+    # previous one wrote it reads NaN, one that wrote before the previous one finished reading corrupts its input.
+    x = make_input(shape, torch.float32, "cuda")
+    ref = x.double()
+    poison("cuda", x.numel() * 4)
+    y = x
+    for step in range(4):
+        op, ref_fn = (fae.softmax, softmax_ref) if step % 2 == 0 else (fae.log_softmax, log_softmax_ref)
+        y, ref = op(y, dim, algorithm=algorithm), ref_fn(ref, dim)
+    check_against_reference(y, ref, None, torch.float32, f"softmax / log_softmax chain ({algorithm})")
+
+
+@pytest.mark.cuda
+@requires_cuda
 @pytest.mark.parametrize("name", ["softmax", "log_softmax", "logsumexp"])
 def test_cuda_respects_current_stream(name):
     # x is NaN until a side stream, busy sleeping first, fills it. An op launched on any stream other than

@@ -2,6 +2,7 @@
 // Softmax over a dim that is not the last (inner > 1): x viewed as (outer, len, inner), the reduction runs
 // over len with stride inner. Passes re-read global memory (safe: 3, online: 2, logsumexp: 1); a column
 // block's working set is small and recent, so the re-reads mostly hit L2.
+#include "common/grid_dependency.cuh"
 #include "softmax/online_math.cuh"
 
 namespace flash_attn_ext {
@@ -31,6 +32,7 @@ template <> struct ColumnAcc<float> { using type = double; };
 
 template <typename T>
 __global__ void __launch_bounds__(kColumnThreads) softmax_columns_kernel(const ColumnsParams<T> p) {
+  begin_dependent_grid();
   using A = typename ColumnAcc<T>::type;
   constexpr int kUnroll = 4;
   __shared__ A s_val[kColumnThreads];

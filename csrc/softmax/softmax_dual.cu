@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "common/cooperative_launch.h"
+#include "common/kernel_launch.h"
 #include "common/cuda_check.h"
 #include "softmax/softmax_dual.cuh"
 
@@ -27,12 +27,8 @@ template <typename T> void launch_dual_rows(const PipeParams<T>& p, int grid, cu
   auto kernel = p.output == SoftmaxOutput::Softmax ? dual::library_kernel<T, true> : dual::library_kernel<T, false>;
   const size_t smem = pipe_smem_bytes(p);
   allow_dynamic_smem(kernel, smem);
-  if (p.chunks == 1) {
-    kernel<<<grid, dual::kThreads, smem, stream>>>(p);
-    FAE_LAUNCH_CHECK();
-    return;
-  }
-  launch_cooperative(kernel, grid, dual::kThreads, smem, stream, p);
+  launch_kernel(kernel, grid, dual::kThreads, smem, stream,
+                p.chunks == 1 ? LaunchKind::Plain : LaunchKind::Cooperative, p);
 }
 
 #define FAE_INSTANTIATE_DUAL(T)                  \

@@ -200,6 +200,7 @@ __device__ __forceinline__ void register_items(const PipeParams<T>& p, int64_t f
 template <typename T, int kLoadsInFlight = kRegVecs, int kRingWindow = 0, bool kSoftmaxOnly = false>
 __global__ void __launch_bounds__(kThreads, 1) softmax_dual_rows_kernel(const PipeParams<T> p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  begin_dependent_grid();
   extern __shared__ __align__(128) uint4 ring[];
   __shared__ uint64_t bars[kPipeMaxPieces];
   __shared__ OnlineState<acc_t<T>> s_ring[kRowScratch], s_reg[kRowScratch];

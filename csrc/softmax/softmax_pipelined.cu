@@ -3,7 +3,7 @@
 
 #include <utility>
 
-#include "common/cooperative_launch.h"
+#include "common/kernel_launch.h"
 #include "common/cuda_check.h"
 #include "softmax/softmax_pipelined.cuh"
 
@@ -25,13 +25,8 @@ void launch_pipelined_rows(const PipeParams<T>& p, int threads, int grid, cudaSt
   auto kernel = pipe::softmax_pipelined_rows_kernel<T>;
   const size_t smem = pipe_smem_bytes(p);
   allow_dynamic_smem(kernel, smem);
-  if (p.chunks == 1) {
-    kernel<<<grid, threads, smem, stream>>>(p);
-    FAE_LAUNCH_CHECK();
-    return;
-  }
   // Blocks of a split row wait for each other.
-  launch_cooperative(kernel, grid, threads, smem, stream, p);
+  launch_kernel(kernel, grid, threads, smem, stream, p.chunks == 1 ? LaunchKind::Plain : LaunchKind::Cooperative, p);
 }
 
 #define FAE_INSTANTIATE_PIPE(T)              \

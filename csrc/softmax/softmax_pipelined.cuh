@@ -5,6 +5,7 @@
 // ring of shared-memory pieces with bulk (TMA) copies, each piece completing on its own transaction barrier,
 // and keeps the ring full: while the block reduces, exchanges and stores item i, the pieces of the next
 // items are already streaming in. Each element is still read from DRAM once and written once.
+#include "common/grid_dependency.cuh"
 #include "common/mbarrier.cuh"
 #include "softmax/phase_trace.cuh"
 #include "softmax/split_exchange.cuh"
@@ -267,6 +268,7 @@ __device__ __forceinline__ void ring_items(const PipeParams<T>& p, int64_t first
 template <typename T>
 __global__ void __launch_bounds__(kPipeMaxThreads, 1) softmax_pipelined_rows_kernel(const PipeParams<T> p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  begin_dependent_grid();
   extern __shared__ __align__(128) uint4 ring[];
   __shared__ uint64_t bars[kPipeMaxPieces];
   __shared__ OnlineState<acc_t<T>> s_state[kRowScratch];

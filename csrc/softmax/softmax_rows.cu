@@ -3,7 +3,7 @@
 // kernel for RowsTraits' small and large vectors per thread, each aligned and scalar.
 #include <c10/util/Exception.h>
 
-#include "common/cooperative_launch.h"
+#include "common/kernel_launch.h"
 #include "common/cuda_check.h"
 #include "softmax/softmax_rows.cuh"
 
@@ -54,8 +54,8 @@ template <typename T> RowsKernel<T> select_block_kernel(int vpt, bool aligned) {
 template <typename T>
 void launch_warp_rows(const RowsParams<T>& p, int vpl, bool aligned, int grid, cudaStream_t stream) {
   const bool safe_softmax = p.output == SoftmaxOutput::Softmax && !p.online;
-  select_warp_kernel<T>(vpl, aligned, safe_softmax)<<<grid, kWarpRowsThreads, 0, stream>>>(p);
-  FAE_LAUNCH_CHECK();
+  launch_kernel(select_warp_kernel<T>(vpl, aligned, safe_softmax), grid, kWarpRowsThreads, 0, stream,
+                LaunchKind::Plain, p);
 }
 
 template <typename T> int block_rows_blocks_per_sm(int vpt, bool aligned, int threads, size_t smem_bytes) {
@@ -67,13 +67,8 @@ void launch_block_rows(const RowsParams<T>& p, int vpt, bool aligned, int thread
   const RowsKernel<T> k = select_block_kernel<T>(vpt, aligned);
   const size_t smem = aligned ? static_cast<size_t>(threads) * p.smem_vecs * 16 : 0;
   allow_dynamic_smem(k, smem);
-  if (p.chunks == 1) {
-    k<<<grid, threads, smem, stream>>>(p);
-    FAE_LAUNCH_CHECK();
-    return;
-  }
   // Split-row blocks wait for each other.
-  launch_cooperative(k, grid, threads, smem, stream, p);
+  launch_kernel(k, grid, threads, smem, stream, p.chunks == 1 ? LaunchKind::Plain : LaunchKind::Cooperative, p);
 }
 
 #define FAE_INSTANTIATE_ROWS(T)                                                                              \

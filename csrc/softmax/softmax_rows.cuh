@@ -8,6 +8,7 @@
 // one exponential per element whichever reduction runs:
 //   safe   (online == false): max reduction, then sum reduction of the terms against the row max;
 //   online (online == true):  one reduction of (local max, local sum) states with the merge rule.
+#include "common/grid_dependency.cuh"
 #include "softmax/online_math.cuh"
 #include "softmax/split_exchange.cuh"
 
@@ -27,6 +28,7 @@ namespace softmax {
 // H100 probe s25, bf16 65536x128: 12.6-12.8 us against 12.8-13.2 (a same-size copy 12.2-12.4).
 template <typename T, int kVpl, bool kAligned, bool kSafeSoftmax = false>
 __global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? 0 : 3) softmax_warp_rows_kernel(const RowsParams<T> p) {
+  begin_dependent_grid();
   using A = acc_t<T>;
   constexpr int kVec = RowsTraits<T>::kVec;
   // Unaligned rows of more than one vector per lane use whole warps (the host guarantees it); a compile-time
@@ -85,6 +87,7 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? 0 : 3) softmax_wa
 // ptxas for sm_80 traded small spills for more occupancy.
 template <typename T, int kVpt, bool kAligned>
 __global__ void __launch_bounds__(kMaxBlockThreads, 1) softmax_block_rows_kernel(const RowsParams<T> p) {
+  begin_dependent_grid();
   using A = acc_t<T>;
   constexpr int kVec = RowsTraits<T>::kVec;
   extern __shared__ uint4 s_chunk[];  // slot kVpt + k of thread t at s_chunk[k * nt + t]; own slots only

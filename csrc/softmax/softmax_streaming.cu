@@ -2,7 +2,7 @@
 // reduce and normalize kernels aligned and scalar, the logsumexp finalize and the column kernel once.
 #include <algorithm>
 
-#include "common/cuda_check.h"
+#include "common/kernel_launch.h"
 #include "softmax/softmax_columns.cuh"
 #include "softmax/softmax_streaming.cuh"
 
@@ -10,30 +10,21 @@ namespace flash_attn_ext {
 namespace softmax {
 
 template <typename T> void launch_stream_reduce(const StreamParams<T>& p, bool aligned, int grid, cudaStream_t stream) {
-  if (aligned) {
-    softmax_stream_reduce_kernel<T, true><<<grid, kStreamThreads, 0, stream>>>(p);
-  } else {
-    softmax_stream_reduce_kernel<T, false><<<grid, kStreamThreads, 0, stream>>>(p);
-  }
-  FAE_LAUNCH_CHECK();
+  launch_kernel(aligned ? softmax_stream_reduce_kernel<T, true> : softmax_stream_reduce_kernel<T, false>, grid,
+                kStreamThreads, 0, stream, LaunchKind::Plain, p);
 }
 
 template <typename T>
 void launch_stream_normalize(const StreamParams<T>& p, bool aligned, int grid, cudaStream_t stream) {
-  if (aligned) {
-    softmax_stream_normalize_kernel<T, true><<<grid, kStreamThreads, 0, stream>>>(p);
-  } else {
-    softmax_stream_normalize_kernel<T, false><<<grid, kStreamThreads, 0, stream>>>(p);
-  }
-  FAE_LAUNCH_CHECK();
+  launch_kernel(aligned ? softmax_stream_normalize_kernel<T, true> : softmax_stream_normalize_kernel<T, false>,
+                grid, kStreamThreads, 0, stream, LaunchKind::Plain, p);
 }
 
 template <typename T> void launch_logsumexp_finalize(const StreamParams<T>& p, cudaStream_t stream) {
   constexpr int64_t kRowsPerBlock = kStreamThreads / 32;
   const int64_t blocks = (p.rows + kRowsPerBlock - 1) / kRowsPerBlock;
   const int grid = static_cast<int>(std::min<int64_t>(blocks, 1 << 30));
-  logsumexp_stream_finalize_kernel<T><<<grid, kStreamThreads, 0, stream>>>(p);
-  FAE_LAUNCH_CHECK();
+  launch_kernel(logsumexp_stream_finalize_kernel<T>, grid, kStreamThreads, 0, stream, LaunchKind::Plain, p);
 }
 
 template <typename T> void launch_columns(const ColumnsParams<T>& p, cudaStream_t stream) {
@@ -43,8 +34,7 @@ template <typename T> void launch_columns(const ColumnsParams<T>& p, cudaStream_
   const dim3 block(tx, kColumnThreads / tx);
   const int64_t tiles = p.outer * ((p.inner + tx - 1) / tx);
   const int grid = static_cast<int>(std::min<int64_t>(tiles, 1 << 30));
-  softmax_columns_kernel<T><<<grid, block, 0, stream>>>(p);
-  FAE_LAUNCH_CHECK();
+  launch_kernel(softmax_columns_kernel<T>, grid, block, 0, stream, LaunchKind::Plain, p);
 }
 
 #define FAE_INSTANTIATE_STREAMING(T)                                                                         \

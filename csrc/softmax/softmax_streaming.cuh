@@ -6,6 +6,7 @@
 //   logsumexp: reduce(State) -> finalize                        1 read
 // Work items are (row, chunk) pairs, item = row * chunks + chunk, so a few long rows still fill the GPU;
 // per-item partials live in a workspace (part_m, part_d) between the launches.
+#include "common/grid_dependency.cuh"
 #include "softmax/online_math.cuh"
 
 namespace flash_attn_ext {
@@ -40,6 +41,7 @@ __device__ __forceinline__ OnlineState<acc_t<T>> merged_row_partials(const Strea
 // item, part_m (Max), part_d against the row max of part_m (SumAtMax), or the (m, d) state (State).
 template <typename T, bool kAligned>
 __global__ void __launch_bounds__(kStreamThreads) softmax_stream_reduce_kernel(const StreamParams<T> p) {
+  begin_dependent_grid();
   using A = acc_t<T>;
   constexpr int kVec = RowsTraits<T>::kVec;
   constexpr int kStep = kStreamThreads * kStreamUnroll * kVec;
@@ -94,6 +96,7 @@ __global__ void __launch_bounds__(kStreamThreads) softmax_stream_reduce_kernel(c
 // same mapping as the reduce kernel: softmax y = rescale(x, M) / D, log_softmax y = x - (M + log D).
 template <typename T, bool kAligned>
 __global__ void __launch_bounds__(kStreamThreads) softmax_stream_normalize_kernel(const StreamParams<T> p) {
+  begin_dependent_grid();
   using A = acc_t<T>;
   constexpr int kVec = RowsTraits<T>::kVec;
   constexpr int kStep = kStreamThreads * kStreamUnroll * kVec;
@@ -124,6 +127,7 @@ __global__ void __launch_bounds__(kStreamThreads) softmax_stream_normalize_kerne
 // Block: 256 threads = 8 rows; blocks walk row groups grid-stride.
 template <typename T>
 __global__ void __launch_bounds__(kStreamThreads) logsumexp_stream_finalize_kernel(const StreamParams<T> p) {
+  begin_dependent_grid();
   using A = acc_t<T>;
   constexpr int kRowsPerBlock = kStreamThreads / 32;
   const int lane = threadIdx.x & 31;

@@ -4,8 +4,8 @@
 
 #include <algorithm>
 
-#include "common/kernel_launch.h"
 #include "common/cuda_check.h"
+#include "common/kernel_launch.h"
 #include "softmax/softmax_dual.cuh"
 
 namespace flash_attn_ext {

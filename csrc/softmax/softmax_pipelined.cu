@@ -3,8 +3,8 @@
 
 #include <utility>
 
-#include "common/kernel_launch.h"
 #include "common/cuda_check.h"
+#include "common/kernel_launch.h"
 #include "softmax/softmax_pipelined.cuh"
 
 namespace flash_attn_ext {
@@ -25,7 +25,7 @@ void launch_pipelined_rows(const PipeParams<T>& p, int threads, int grid, cudaSt
   auto kernel = pipe::softmax_pipelined_rows_kernel<T>;
   const size_t smem = pipe_smem_bytes(p);
   allow_dynamic_smem(kernel, smem);
-  // Blocks of a split row wait for each other.
+  // Blocks of a split row (chunks > 1) wait for each other: a cooperative launch.
   launch_kernel(kernel, grid, threads, smem, stream, p.chunks == 1 ? LaunchKind::Plain : LaunchKind::Cooperative, p);
 }
 

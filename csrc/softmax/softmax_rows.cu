@@ -3,8 +3,8 @@
 // kernel for RowsTraits' small and large vectors per thread, each aligned and scalar.
 #include <c10/util/Exception.h>
 
-#include "common/kernel_launch.h"
 #include "common/cuda_check.h"
+#include "common/kernel_launch.h"
 #include "softmax/softmax_rows.cuh"
 
 namespace flash_attn_ext {
@@ -67,7 +67,7 @@ void launch_block_rows(const RowsParams<T>& p, int vpt, bool aligned, int thread
   const RowsKernel<T> k = select_block_kernel<T>(vpt, aligned);
   const size_t smem = aligned ? static_cast<size_t>(threads) * p.smem_vecs * 16 : 0;
   allow_dynamic_smem(k, smem);
-  // Split-row blocks wait for each other.
+  // Split-row blocks (chunks > 1) wait for each other: a cooperative launch.
   launch_kernel(k, grid, threads, smem, stream, p.chunks == 1 ? LaunchKind::Plain : LaunchKind::Cooperative, p);
 }
 

@@ -164,6 +164,11 @@ def _kernel_env(impl):
                 os.environ[name] = old
 
 
+def _call_in_env(impl, fn):
+    with _kernel_env(impl):
+        return fn()
+
+
 def run_point(pt, q, k, v, fae, timer, impls, gqa_kwarg, copy_gbps):
     """Times each impl on one point; returns the records (one per impl) and whether CUDA broke."""
     causal = pt["causal"]
@@ -200,28 +205,33 @@ def run_point(pt, q, k, v, fae, timer, impls, gqa_kwarg, copy_gbps):
                     rec["error"] += " (CUDA context broken: run stopped)"
                     break
     ref_impl = next((name for name, _ in PEERS if name in outs), None)
+    timed = []  # (record, call) of every impl to time, in IMPLS order
     for impl, rec in recs.items():
         fn = rec.pop("_fn", None)
         if impl in outs and ref_impl is not None:
             rec["ref_impl"] = ref_impl
             rec["max_abs_diff"], rec["rel_err"] = common.compare(outs[impl], outs[ref_impl])
             rec["flag"] = not (rec["rel_err"] <= REL_TOL.get(pt["dtype"], 2e-2))
-        if fn is None or impl not in impls or broken:
-            if fn is not None and impl not in impls:
-                rec["error"] = "not timed (--impls)"
-            continue
+        if fn is not None and impl not in impls:
+            rec["error"] = "not timed (--impls)"
+        elif fn is not None and not broken:
+            timed.append((rec, lambda fn=fn, impl=impl: _call_in_env(impl, fn)))
+    # One interleaved series for all of them (common.Timer.time_interleaved): ratios free of timing order.
+    if timed:
         try:
-            with warnings.catch_warnings(), _kernel_env(impl):
+            with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                rec.update(timer.time(fn))
-            t = rec["median_ms"] * 1e-3
-            rec["TFLOPs"] = flops / t / 1e12
-            rec["kv_GBps"] = kv_bytes / t / 1e9
-            rec["kv_pct_copy"] = 100 * rec["kv_GBps"] / copy_gbps if copy_gbps else None
+                stats = timer.time_interleaved([call for _, call in timed])
         except Exception as e:
-            rec["error"] = common.first_line(e)
-            if common.cuda_context_broken(q.device):
-                broken = True
+            stats = [{"error": common.first_line(e)}] * len(timed)
+            broken = common.cuda_context_broken(q.device)
+        for (rec, _), st in zip(timed, stats):
+            rec.update(st)
+            if rec["error"] is None:
+                t = rec["median_ms"] * 1e-3
+                rec["TFLOPs"] = flops / t / 1e12
+                rec["kv_GBps"] = kv_bytes / t / 1e9
+                rec["kv_pct_copy"] = 100 * rec["kv_GBps"] / copy_gbps if copy_gbps else None
     if peers._expanded is not None:
         for impl in IMPLS:
             if recs[impl].get("gqa_mode") == "expanded":

@@ -106,7 +106,7 @@ def main(argv=None):
                 break
             x = xs = None
             for op in ops:
-                recs, fns, fns_of_x, ref = [], [], [], None
+                recs, fns, ref = [], [], None  # fns: fn(x) of every impl that ran, for the timers
                 for impl, fn in impls(fae, op):
                     rec = {"op": op, "impl": impl, "dtype": dname, "shape": [rows, cols], "error": None}
                     payload["results"].append(rec)
@@ -123,8 +123,7 @@ def main(argv=None):
                             rec["flag"] = not (rec["rel_err"] <= REL_TOL.get(dname, 1e-2))  # NaN flags too
                             del out
                         recs.append(rec)
-                        fns.append(lambda fn=fn: fn(x))
-                        fns_of_x.append(fn)
+                        fns.append(fn)
                     except Exception as e:
                         rec["error"] = common.first_line(e)
                         broken = common.cuda_context_broken(device)
@@ -143,10 +142,10 @@ def main(argv=None):
                         break
                     try:
                         if timing == "cold":
-                            stats = timer.time_interleaved(fns)
+                            stats = timer.time_interleaved([lambda fn=fn: fn(x) for fn in fns])
                         else:
                             xs = timer.stream_inputs(x, rows * cols * x.element_size()) if xs is None else xs
-                            stats = timer.time_stream([lambda xi, fn=fn: fn(xi) for fn in fns_of_x], xs)
+                            stats = timer.time_stream(fns, xs)
                     except Exception as e:
                         stats = [{"error": f"{timing} timing: {common.first_line(e)}"}] * len(recs)
                         broken = common.cuda_context_broken(device)

@@ -207,6 +207,22 @@ def test_decode(device, dtype, sk, cpu_ok, causal):
     check_attention(*make_qkv(2, 8, 2, 1, sk, 128, dtype, device), causal=causal)
 
 
+@pytest.mark.parametrize("shape", [(2, 4, 4, 512, 512, 128), (2, 8, 2, 1, 32768, 128)], ids=["prefill", "decode"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+@pytest.mark.parametrize("device", [d for d in KERNEL_DEVICES if d != "cpu"])
+def test_chained_calls_wait_for_the_previous_kernel(device, dtype, shape):
+    # On sm_90 our kernels launch early, overlapping the previous kernel's tail (common/kernel_launch.h), and
+    # must wait for it before touching memory; the split-KV decode chains its merge kernel the same way. The
+    # second call takes the first one's output as q at once, on NaN-poisoned memory: a kernel that read q before
+    # the first call wrote it would read NaN or stale values.
+    q, k, v = make_qkv(*shape, dtype, device)
+    poison(q.device, q.numel() * q.element_size(), q.shape[:3].numel() * 4)
+    out1, lse1 = fae.attention(q, k, v, return_lse=True)
+    out2, lse2 = fae.attention(out1, k, v, return_lse=True)
+    check_result(out1, lse1, q, k, v)
+    check_result(out2, lse2, out1, k, v)
+
+
 CPU_ISA_CHECK = """
 import test_attention as t
 import torch

@@ -11,6 +11,7 @@
 #include "attention/attention_tile_coords.cuh"
 #include "attention/mma_sm80.cuh"
 #include "attention/online_softmax_sm80.cuh"
+#include "common/grid_dependency.cuh"
 
 namespace flash_attn_ext {
 
@@ -87,6 +88,7 @@ __device__ __forceinline__ void load_warp_tile(typename Traits::T* smem, const t
 // out_accum / lse_accum for merge_attention_kernel.
 template <typename Traits>
 __global__ void __launch_bounds__(Traits::kThreads) attention_decode_kernel(const AttentionParams p) {
+  begin_dependent_grid();
   using T = typename Traits::T;
   constexpr int kStride = Traits::kSmemStride, kTileN = Traits::kTileN, kStages = Traits::kStages;
   constexpr int kNTiles = Traits::kNTiles, kDTiles = Traits::kDTiles, kWarps = Traits::kWarps;

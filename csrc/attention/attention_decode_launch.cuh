@@ -8,6 +8,7 @@
 #include "attention/attention_decode_kernel.cuh"
 #include "attention/attention_fwd_api.h"
 #include "common/cuda_check.h"
+#include "common/kernel_launch.h"
 
 namespace flash_attn_ext {
 
@@ -32,8 +33,8 @@ void launch(const AttentionParams& p, cudaStream_t stream) {
   allow_dynamic_smem(&attention_decode_kernel<Traits>, Traits::kSmemBytes);
   const int64_t blocks = static_cast<int64_t>(p.num_splits) * p.batch * p.heads_kv;
   TORCH_CHECK(blocks <= INT_MAX, "flash_attn_ext.attention: problem too large (", blocks, " thread blocks)");
-  attention_decode_kernel<Traits><<<static_cast<unsigned>(blocks), Traits::kThreads, Traits::kSmemBytes, stream>>>(p);
-  FAE_LAUNCH_CHECK();
+  launch_kernel(&attention_decode_kernel<Traits>, static_cast<unsigned>(blocks), Traits::kThreads, Traits::kSmemBytes,
+                stream, LaunchKind::Plain, p);
 }
 
 }  // namespace attention_decode

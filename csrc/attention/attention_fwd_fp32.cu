@@ -8,6 +8,8 @@
 
 #include "attention/attention_fwd_api.h"
 #include "common/cuda_check.h"
+#include "common/grid_dependency.cuh"
+#include "common/kernel_launch.h"
 
 namespace flash_attn_ext {
 namespace {
@@ -22,6 +24,7 @@ constexpr int kMaxDChunks = 8;                     // head dim <= 8 * 32
 // 32 keys, lane j computes the 4 scores of key j against its warp's rows, the warp reduces the running max,
 // and lane l then accumulates O[row][l + 32c] from V in smem with p_j broadcast by shuffle.
 __global__ void __launch_bounds__(32 * kWarps) attention_fwd_fp32_kernel(const AttentionParams p) {
+  begin_dependent_grid();
   extern __shared__ float smem[];
   const int d_pad = (p.head_dim + 31) / 32 * 32;
   float* sQ = smem;                         // (kBlockRows, d_pad)
@@ -143,8 +146,8 @@ void run_attention_fwd_fp32(const AttentionParams& p, cudaStream_t stream) {
   const int64_t m_blocks = (p.packed_rows + kBlockRows - 1) / kBlockRows;
   const int64_t blocks = m_blocks * p.batch * p.heads_kv;
   TORCH_CHECK(blocks <= INT_MAX, "flash_attn_ext.attention: problem too large (", blocks, " thread blocks)");
-  attention_fwd_fp32_kernel<<<static_cast<unsigned>(blocks), 32 * kWarps, smem, stream>>>(p);
-  FAE_LAUNCH_CHECK();
+  launch_kernel(&attention_fwd_fp32_kernel, static_cast<unsigned>(blocks), 32 * kWarps, smem, stream,
+                LaunchKind::Plain, p);
 }
 
 }  // namespace flash_attn_ext

@@ -7,6 +7,7 @@
 #include "attention/attention_traits.cuh"
 #include "attention/mma_sm80.cuh"
 #include "attention/online_softmax_sm80.cuh"
+#include "common/grid_dependency.cuh"
 
 namespace flash_attn_ext {
 namespace attention_fwd {
@@ -37,6 +38,7 @@ __device__ __forceinline__ void load_kv_tile(typename Traits::T* smem, const typ
 
 template <typename Traits>
 __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm) attention_fwd_kernel(const AttentionParams p) {
+  begin_dependent_grid();
   using T = typename Traits::T;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kStride = Traits::kSmemStride;
   constexpr int kMTiles = Traits::kMTiles, kNTiles = Traits::kNTiles, kDTiles = Traits::kDTiles;

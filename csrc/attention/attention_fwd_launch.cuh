@@ -8,6 +8,7 @@
 #include "attention/attention_fwd_kernel.cuh"
 #include "attention/attention_fwd_api.h"
 #include "common/cuda_check.h"
+#include "common/kernel_launch.h"
 
 namespace flash_attn_ext {
 
@@ -28,8 +29,7 @@ void run_attention_fwd(const AttentionParams& p, cudaStream_t stream) {
   const int64_t m_blocks = (p.packed_rows + Traits::kBlockM - 1) / Traits::kBlockM;
   const int64_t blocks = m_blocks * p.num_splits * p.batch * p.heads_kv;
   TORCH_CHECK(blocks <= INT_MAX, "flash_attn_ext.attention: problem too large (", blocks, " thread blocks)");
-  kernel<<<static_cast<unsigned>(blocks), Traits::kThreads, kSmem, stream>>>(p);
-  FAE_LAUNCH_CHECK();
+  launch_kernel(kernel, static_cast<unsigned>(blocks), Traits::kThreads, kSmem, stream, LaunchKind::Plain, p);
 }
 
 }  // namespace flash_attn_ext

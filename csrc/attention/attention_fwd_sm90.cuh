@@ -15,6 +15,7 @@
 #include "attention/mma_sm80.cuh"
 #include "attention/wgmma_sm90.cuh"
 #include "attention/wgmma_sm90_ops.cuh"
+#include "common/grid_dependency.cuh"
 #include "common/mbarrier.cuh"
 
 namespace flash_attn_ext {
@@ -182,6 +183,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
                               const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap o_map,
                               const bool o_by_tma) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  begin_dependent_grid();
   using T = typename Traits::T;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
   constexpr int kStages = Traits::kStages;

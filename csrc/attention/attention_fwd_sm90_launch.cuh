@@ -11,6 +11,7 @@
 #include "attention/attention_fwd_api.h"
 #include "attention/attention_fwd_sm90.cuh"
 #include "common/cuda_check.h"
+#include "common/kernel_launch.h"
 #include "common/tensor_map.h"
 
 namespace flash_attn_ext {
@@ -58,8 +59,8 @@ bool launch_attention_fwd_sm90(const AttentionParams& p, cudaStream_t stream) {
                                resident);
   }
   TORCH_CHECK(blocks <= INT_MAX, "flash_attn_ext.attention: problem too large (", blocks, " thread blocks)");
-  kernel<<<static_cast<unsigned>(blocks), Traits::kThreads, kSmem, stream>>>(p, k_map, v_map, o_map, o_by_tma);
-  FAE_LAUNCH_CHECK();
+  launch_kernel(kernel, static_cast<unsigned>(blocks), Traits::kThreads, kSmem, stream, LaunchKind::Plain, p, k_map,
+                v_map, o_map, o_by_tma);
   return true;
 }
 

@@ -7,6 +7,8 @@
 
 #include "attention/attention_fwd_api.h"
 #include "common/cuda_check.h"
+#include "common/grid_dependency.cuh"
+#include "common/kernel_launch.h"
 
 namespace flash_attn_ext {
 namespace {
@@ -18,6 +20,7 @@ constexpr int kMergeWarps = 8;
 // finite partial gets out 0 and lse -inf.
 template <typename TIn, typename TOut>
 __global__ void __launch_bounds__(32 * kMergeWarps) merge_attention_kernel(const MergeParams p) {
+  begin_dependent_grid();
   const int64_t row = (int64_t)blockIdx.x * kMergeWarps + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= p.rows) return;
@@ -95,13 +98,14 @@ void launch_merge(const MergeParams& p, int out_dtype, cudaStream_t stream) {
   const int64_t blocks = (p.rows + kMergeWarps - 1) / kMergeWarps;
   TORCH_CHECK(blocks <= INT_MAX, "flash_attn_ext.merge_attention: too many rows (", p.rows, ")");
   const dim3 grid(static_cast<unsigned>(blocks)), block(32 * kMergeWarps);
+  void (*kernel)(MergeParams) = nullptr;
   switch (out_dtype) {
-    case 0: merge_attention_kernel<TIn, float><<<grid, block, 0, stream>>>(p); break;
-    case 1: merge_attention_kernel<TIn, __half><<<grid, block, 0, stream>>>(p); break;
-    case 2: merge_attention_kernel<TIn, __nv_bfloat16><<<grid, block, 0, stream>>>(p); break;
+    case 0: kernel = merge_attention_kernel<TIn, float>; break;
+    case 1: kernel = merge_attention_kernel<TIn, __half>; break;
+    case 2: kernel = merge_attention_kernel<TIn, __nv_bfloat16>; break;
     default: TORCH_CHECK(false, "flash_attn_ext: unsupported merge output dtype code ", out_dtype);
   }
-  FAE_LAUNCH_CHECK();
+  launch_kernel(kernel, grid, block, 0, stream, LaunchKind::Plain, p);
 }
 
 }  // namespace

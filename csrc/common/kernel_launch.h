@@ -1,5 +1,5 @@
 #pragma once
-// The one launcher of the softmax kernels: cudaLaunchKernelEx with the attributes a launch needs.
+// The one launcher of the library's kernels: cudaLaunchKernelEx with the attributes a launch needs.
 //  - cooperative: for kernels whose blocks wait for each other; the launch fails with an error instead of
 //    deadlocking when the grid cannot be fully resident. Cooperative launches can be captured into CUDA graphs
 //    (a kernel node with the cooperative attribute); the graph-capture tests on the GPU check this.

@@ -242,7 +242,7 @@ def assert_special_match(out, baseline, ref, what):
 
 
 # Odd lengths reach the scalar paths; 128 and 1024 the vectorized warp-per-row instantiations (16-byte rows),
-# including those specialized for softmax and log_softmax with the safe reduction (softmax_rows.cuh).
+# including the one specialized for softmax with the safe reduction (softmax_rows.cuh).
 @pytest.mark.parametrize("layout", ["rows", "columns"])
 @pytest.mark.parametrize("length", [1, 7, 97, 128, 1024, 1025, 4097])
 @pytest.mark.parametrize("algorithm", ALGORITHMS)

@@ -13,29 +13,24 @@ namespace {
 
 template <typename T> using RowsKernel = void (*)(RowsParams<T>);
 
-// fixed: the aligned instantiation for that output and reduction (softmax_warp_rows_kernel's kFixed);
-// scalar rows keep the general one.
-template <typename T, int kVpl> RowsKernel<T> warp_kernel(bool aligned, WarpRowsFixed fixed) {
+// safe_softmax: the aligned instantiation specialized for softmax with the max-then-sum reduction
+// (softmax_warp_rows_kernel's kSafeSoftmax); scalar rows keep the general one.
+template <typename T, int kVpl> RowsKernel<T> warp_kernel(bool aligned, bool safe_softmax) {
   if constexpr (kVpl <= RowsTraits<T>::kMaxVpt) {
     if (!aligned) return softmax_warp_rows_kernel<T, kVpl, false>;
-    switch (fixed) {
-      case WarpRowsFixed::SafeSoftmax: return softmax_warp_rows_kernel<T, kVpl, true, WarpRowsFixed::SafeSoftmax>;
-      case WarpRowsFixed::SafeLogSoftmax:
-        return softmax_warp_rows_kernel<T, kVpl, true, WarpRowsFixed::SafeLogSoftmax>;
-      default: return softmax_warp_rows_kernel<T, kVpl, true>;
-    }
+    return safe_softmax ? softmax_warp_rows_kernel<T, kVpl, true, true> : softmax_warp_rows_kernel<T, kVpl, true>;
   } else {
     return nullptr;
   }
 }
 
-template <typename T> RowsKernel<T> select_warp_kernel(int vpl, bool aligned, WarpRowsFixed fixed) {
+template <typename T> RowsKernel<T> select_warp_kernel(int vpl, bool aligned, bool safe_softmax) {
   RowsKernel<T> k = nullptr;
   switch (vpl) {
-    case 1: k = warp_kernel<T, 1>(aligned, fixed); break;
-    case 2: k = warp_kernel<T, 2>(aligned, fixed); break;
-    case 4: k = warp_kernel<T, 4>(aligned, fixed); break;
-    case 8: k = warp_kernel<T, 8>(aligned, fixed); break;
+    case 1: k = warp_kernel<T, 1>(aligned, safe_softmax); break;
+    case 2: k = warp_kernel<T, 2>(aligned, safe_softmax); break;
+    case 4: k = warp_kernel<T, 4>(aligned, safe_softmax); break;
+    case 8: k = warp_kernel<T, 8>(aligned, safe_softmax); break;
     default: break;
   }
   TORCH_CHECK(k != nullptr, "flash_attn_ext softmax: no warp-per-row kernel for ", vpl, " vectors per lane");
@@ -58,10 +53,8 @@ template <typename T> RowsKernel<T> select_block_kernel(int vpt, bool aligned) {
 
 template <typename T>
 void launch_warp_rows(const RowsParams<T>& p, int vpl, bool aligned, int grid, cudaStream_t stream) {
-  WarpRowsFixed fixed = WarpRowsFixed::None;
-  if (!p.online && p.output == SoftmaxOutput::Softmax) fixed = WarpRowsFixed::SafeSoftmax;
-  if (!p.online && p.output == SoftmaxOutput::LogSoftmax) fixed = WarpRowsFixed::SafeLogSoftmax;
-  launch_kernel(select_warp_kernel<T>(vpl, aligned, fixed), grid, kWarpRowsThreads, 0, stream,
+  const bool safe_softmax = p.output == SoftmaxOutput::Softmax && !p.online;
+  launch_kernel(select_warp_kernel<T>(vpl, aligned, safe_softmax), grid, kWarpRowsThreads, 0, stream,
                 LaunchKind::Plain, p);
 }
 

@@ -21,17 +21,12 @@ namespace softmax {
 // xor-shuffles inside the team. Teams past the last row run the shuffles (the warp must) but touch no memory.
 // Register bound: ptxas left alone keeps the vector variants spill-free at <= 48 registers, but spilled the
 // 32-scalar variants; 3 blocks per SM (<= 80 registers) keeps those out of local memory.
-// kFixed: the aligned instantiations launched only for softmax or log_softmax with the max-then-sum
-// reduction (what "auto" runs on these rows), so neither the output nor the reduction is a run-time choice.
-// Why: in a one-wave call every instruction between the loads and the stores shows, and the run-time choices
-// (the online branch, the output's selects and paths) nearly double the body: bf16, 2 vectors per lane, 488
-// SASS instructions against 280 (sm_90a). H100 probe s25, bf16 65536x128 softmax: 12.6-12.8 us against
-// 12.8-13.2 (a same-size copy 12.2-12.4); log_softmax on the general one ran fp32 65536x128 at 0.94-0.95x
-// torch (s29, s30) where softmax on its fixed one tied.
-// What an instantiation of softmax_warp_rows_kernel fixes at compile time.
-enum class WarpRowsFixed { None, SafeSoftmax, SafeLogSoftmax };
-
-template <typename T, int kVpl, bool kAligned, WarpRowsFixed kFixed = WarpRowsFixed::None>
+// kSafeSoftmax: launched only for softmax with the max-then-sum reduction (what "auto" runs on these rows),
+// so neither the output nor the reduction is a run-time choice. Why: in a one-wave call every instruction
+// between the loads and the stores shows, and the run-time choices (the online branch, the output's selects
+// and paths) nearly double the body: bf16, 2 vectors per lane, 488 SASS instructions against 280 (sm_90a).
+// H100 probe s25, bf16 65536x128: 12.6-12.8 us against 12.8-13.2 (a same-size copy 12.2-12.4).
+template <typename T, int kVpl, bool kAligned, bool kSafeSoftmax = false>
 __global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? 0 : 3) softmax_warp_rows_kernel(const RowsParams<T> p) {
   begin_dependent_grid();
   using A = acc_t<T>;
@@ -44,10 +39,8 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? 0 : 3) softmax_wa
   const int li = threadIdx.x & (lanes - 1);
   const int team = threadIdx.x >> lanes_log2;
   const int rows_per_block = kWarpRowsThreads >> lanes_log2;
-  const SoftmaxOutput output = kFixed == WarpRowsFixed::SafeSoftmax      ? SoftmaxOutput::Softmax
-                               : kFixed == WarpRowsFixed::SafeLogSoftmax ? SoftmaxOutput::LogSoftmax
-                                                                         : p.output;
-  const bool online = kFixed == WarpRowsFixed::None ? p.online : false;
+  const SoftmaxOutput output = kSafeSoftmax ? SoftmaxOutput::Softmax : p.output;
+  const bool online = kSafeSoftmax ? false : p.online;
   const bool keep_terms = output == SoftmaxOutput::Softmax;
 
   for (int64_t first_row = static_cast<int64_t>(blockIdx.x) * rows_per_block; first_row < p.rows;

@@ -14,6 +14,9 @@
 // Phase trace (s18): add -DFAE_SOFTMAX_PHASE_TRACE and run with PROBE_TRACE=<dir>: after its timing each
 // library kernel runs once more with its roles' phase stamps on (softmax/phase_trace.cuh); a summary is
 // printed and every stamp written to <dir>/trace_<kernel name>_<dtype>_<shape>.csv.
+// PROBE_WHOLE_ROWS=1 (s30): instead, bf16 rows of 64 KB held whole by the library's pipelined kernel (no
+// exchange), as its launcher runs them (two blocks per SM with 6-piece rings) and with one block per SM and
+// a 14-piece ring; with the trace, the phases of each block's items (fold, block reduction, store).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -161,7 +164,10 @@ template <> float to_f<float>(float v) { return v; }
 template <> float to_f<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
 
 template <typename T>
-void run_shape(Timer& tm, int64_t rows, int64_t len, int want_chunks, int reps, int sms) {
+// ring: pieces per block; grid: blocks (0: whole rounds of rows on one block per SM); pipelined_only: time
+// only the library's pipelined kernel (256 threads), named with its grid and ring.
+void run_shape(Timer& tm, int64_t rows, int64_t len, int want_chunks, int reps, int sms, int ring = kRing,
+               int want_grid = 0, bool pipelined_only = false) {
   using A = acc_t<T>;
   constexpr int kVec = 16 / static_cast<int>(sizeof(T));
   // Chunks of a multiple of 128 bytes, at most role R's 128 KB.
@@ -173,7 +179,7 @@ void run_shape(Timer& tm, int64_t rows, int64_t len, int want_chunks, int reps, 
     std::printf("skip %lldx%lld with %d chunks\n", (long long)rows, (long long)len, chunks);
     return;
   }
-  const int grid = (sms / chunks) * chunks;
+  const int grid = want_grid > 0 ? want_grid : (sms / chunks) * chunks;
   const int64_t n = rows * len;
   const size_t bytes = n * sizeof(T);
   T *x, *y;
@@ -216,9 +222,9 @@ void run_shape(Timer& tm, int64_t rows, int64_t len, int want_chunks, int reps, 
   report("copy cudaMemcpyAsync", tm.median([&] { CK(cudaMemcpyAsync(y, x, bytes, cudaMemcpyDeviceToDevice)); }, reps));
 
   // A library kernel on this chunking: output poisoned, a new exchange tag for every call, checked.
-  PipeParams<T> pp{x, y, rows, len, chunk_elems, chunks, 16 / int(sizeof(T)) * 1024, kRing, SoftmaxOutput::Softmax,
+  PipeParams<T> pp{x, y, rows, len, chunk_elems, chunks, 16 / int(sizeof(T)) * 1024, ring, SoftmaxOutput::Softmax,
                    {reinterpret_cast<uint64_t*>(work), nullptr, 0}};
-  const size_t smem = size_t(kRing) * 16384;
+  const size_t smem = size_t(ring) * 16384;
   auto time_kernel = [&](const char* name, void (*k)(const PipeParams<T>), int threads) {
     CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     CK(cudaMemset(y, 0xff, bytes));
@@ -234,6 +240,14 @@ void run_shape(Timer& tm, int64_t rows, int64_t len, int want_chunks, int reps, 
       trace_kernel(dir, name, launch, tm, grid, sizeof(T) == 2 ? "bf16" : "fp32", rows, len);
 #endif
   };
+  if (pipelined_only) {
+    const std::string name = "library pipelined, grid " + std::to_string(grid) + ", ring " + std::to_string(ring);
+    time_kernel(name.c_str(), pipe::softmax_pipelined_rows_kernel<T>, 256);
+    CK(cudaFree(x));
+    CK(cudaFree(y));
+    CK(cudaFree(work));
+    return;
+  }
   time_kernel("library pipelined, 128 threads", pipe::softmax_pipelined_rows_kernel<T>, 128);
   time_kernel("library pipelined, 256 threads", pipe::softmax_pipelined_rows_kernel<T>, 256);
   time_kernel("library dual", dual::library_kernel<T, true>, dual::kThreads);
@@ -270,6 +284,13 @@ int main(int argc, char** argv) {
   std::printf("timing: %s; flush: plain read%s\n",
               tm.sync_each ? "each call waited for" : "calls enqueued back to back",
               code_out ? " + a ~6000-instruction kernel" : "");
+  if (const char* whole = std::getenv("PROBE_WHOLE_ROWS"); whole && whole[0] == '1') {
+    run_shape<__nv_bfloat16>(tm, 1024, 32768, 1, reps, sms, 6, 2 * sms, true);
+    run_shape<__nv_bfloat16>(tm, 1024, 32768, 1, reps, sms, 14, sms, true);
+    run_shape<__nv_bfloat16>(tm, 2048, 32768, 1, reps, sms, 6, 2 * sms, true);
+    CK(cudaDeviceSynchronize());
+    return 0;
+  }
   run_shape<float>(tm, 8, 4194304, 0, reps, sms);
   run_shape<float>(tm, 128, 262144, 0, reps, sms);
   run_shape<float>(tm, 1024, 32768, 0, reps, sms);

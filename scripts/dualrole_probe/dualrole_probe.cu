@@ -119,22 +119,23 @@ void trace_kernel(const char* dir, const char* name, Launch&& launch, Timer& tm,
   CK(cudaMemcpyToSymbol(g_phase_trace, &none, sizeof(none)));
   CK(cudaFree(buf));
   uint64_t t0 = UINT64_MAX, t1 = 0;
-  for (uint64_t v : h) if (v) { t0 = std::min(t0, v); t1 = std::max(t1, v); }
+  for (size_t i = 0; i < n; ++i)  // time stamps only (stamp 4 is the SM id)
+    if (const uint64_t v = h[i]; v && i % kTraceStamps < 4) { t0 = std::min(t0, v); t1 = std::max(t1, v); }
   std::string tag(name);
   for (char& c : tag) if (c == ' ' || c == ',') c = '_';
   char path[512];
   std::snprintf(path, sizeof path, "%s/trace_%s_%s_%lldx%lld.csv", dir, tag.c_str(), dt, (long long)rows,
                 (long long)len);
   FILE* f = std::fopen(path, "w");
-  if (f) std::fprintf(f, "block,role,item,first_data,folded,exchanged,stored\n");
+  if (f) std::fprintf(f, "block,role,item,first_data,folded,exchanged,stored,sm\n");
   double sum[2][4] = {}, cnt[2] = {}, both_wait = 0;
   auto at = [&](int b, int r, int k, int s) { return h[((size_t(b) * 2 + r) * kTraceItems + k) * kTraceStamps + s]; };
   auto us = [&](uint64_t v) { return v ? (v - t0) * 1e-3 : -1.0; };
   for (int b = 0; b < grid; ++b) {
     for (int r = 0; r < 2; ++r)
       for (int k = 0; k < kTraceItems && at(b, r, k, 3); ++k) {
-        if (f) std::fprintf(f, "%d,%d,%d,%.3f,%.3f,%.3f,%.3f\n", b, r, k, us(at(b, r, k, 0)), us(at(b, r, k, 1)),
-                            us(at(b, r, k, 2)), us(at(b, r, k, 3)));
+        if (f) std::fprintf(f, "%d,%d,%d,%.3f,%.3f,%.3f,%.3f,%d\n", b, r, k, us(at(b, r, k, 0)), us(at(b, r, k, 1)),
+                            us(at(b, r, k, 2)), us(at(b, r, k, 3)), int(at(b, r, k, 4)) - 1);
         sum[r][0] += (at(b, r, k, 1) - at(b, r, k, 0)) * 1e-3;
         sum[r][1] += (at(b, r, k, 2) - at(b, r, k, 1)) * 1e-3;
         sum[r][2] += (at(b, r, k, 3) - at(b, r, k, 2)) * 1e-3;

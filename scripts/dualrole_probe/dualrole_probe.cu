@@ -164,9 +164,9 @@ template <typename T> float to_f(T v);
 template <> float to_f<float>(float v) { return v; }
 template <> float to_f<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
 
+// ring: pieces per block; want_grid: blocks (0: whole rounds of rows on one block per SM); pipelined_only:
+// time only the library's pipelined kernel (256 threads), named with its grid and ring.
 template <typename T>
-// ring: pieces per block; grid: blocks (0: whole rounds of rows on one block per SM); pipelined_only: time
-// only the library's pipelined kernel (256 threads), named with its grid and ring.
 void run_shape(Timer& tm, int64_t rows, int64_t len, int want_chunks, int reps, int sms, int ring = kRing,
                int want_grid = 0, bool pipelined_only = false) {
   using A = acc_t<T>;
@@ -244,22 +244,19 @@ void run_shape(Timer& tm, int64_t rows, int64_t len, int want_chunks, int reps, 
   if (pipelined_only) {
     const std::string name = "library pipelined, grid " + std::to_string(grid) + ", ring " + std::to_string(ring);
     time_kernel(name.c_str(), pipe::softmax_pipelined_rows_kernel<T>, 256);
-    CK(cudaFree(x));
-    CK(cudaFree(y));
-    CK(cudaFree(work));
-    return;
-  }
-  time_kernel("library pipelined, 128 threads", pipe::softmax_pipelined_rows_kernel<T>, 128);
-  time_kernel("library pipelined, 256 threads", pipe::softmax_pipelined_rows_kernel<T>, 256);
-  time_kernel("library dual", dual::library_kernel<T, true>, dual::kThreads);
-  // the register role's loads in flight per thread and the ring's window of pieces in flight
-  if constexpr (sizeof(T) == 4) {
-    time_kernel("dual 16 loads, window 5", dual::softmax_dual_rows_kernel<T, 16, 5>, dual::kThreads);
-    time_kernel("dual 8 loads, window 5", dual::softmax_dual_rows_kernel<T, 8, 5>, dual::kThreads);
   } else {
-    time_kernel("dual 16 loads, window 0", dual::softmax_dual_rows_kernel<T, 16, 0>, dual::kThreads);
-    time_kernel("dual 6 loads, window 0", dual::softmax_dual_rows_kernel<T, 6, 0>, dual::kThreads);
-    time_kernel("dual 4 loads, window 0", dual::softmax_dual_rows_kernel<T, 4, 0>, dual::kThreads);
+    time_kernel("library pipelined, 128 threads", pipe::softmax_pipelined_rows_kernel<T>, 128);
+    time_kernel("library pipelined, 256 threads", pipe::softmax_pipelined_rows_kernel<T>, 256);
+    time_kernel("library dual", dual::library_kernel<T, true>, dual::kThreads);
+    // the register role's loads in flight per thread and the ring's window of pieces in flight
+    if constexpr (sizeof(T) == 4) {
+      time_kernel("dual 16 loads, window 5", dual::softmax_dual_rows_kernel<T, 16, 5>, dual::kThreads);
+      time_kernel("dual 8 loads, window 5", dual::softmax_dual_rows_kernel<T, 8, 5>, dual::kThreads);
+    } else {
+      time_kernel("dual 16 loads, window 0", dual::softmax_dual_rows_kernel<T, 16, 0>, dual::kThreads);
+      time_kernel("dual 6 loads, window 0", dual::softmax_dual_rows_kernel<T, 6, 0>, dual::kThreads);
+      time_kernel("dual 4 loads, window 0", dual::softmax_dual_rows_kernel<T, 4, 0>, dual::kThreads);
+    }
   }
   CK(cudaFree(x));
   CK(cudaFree(y));

@@ -1,0 +1,264 @@
+// Held-row probe (benchmarks/NOTES.md, "s31 runs 3-5"): whole bf16 rows of 64 KB (1024, 2048, 4096 rows) through
+// the library's pipelined kernel against a variant that moves each row from the ring into registers as soon
+// as it has landed and hands the ring slots back at once, so the next rows' bulk copies stream in while the
+// row is reduced and stored. Why: in the library kernel a row holds its slots until its store pass ends, and a
+// 6-slot ring of 4-slot rows leaves 2 slots of lookahead (NOTES, "s31 run 2": the next row's last pieces
+// were issued only at the release and waited for). Held rows gained 1-2 us streamed at 1024 rows, 5-10 us at
+// 2048-4096, nothing cold.
+// Two timings: cold (a 256 MiB read before each call, events around the call, median) and stream (30 calls
+// back to back over rotating buffers, 3 x (in + out) >= 4x L2, time per call). The copy is cudaMemcpyAsync.
+// Build and run from the repository root (sm_90):
+//   nvcc -O3 -std=c++17 --expt-relaxed-constexpr -arch=sm_90a -I csrc -o /tmp/heldrow_probe scripts/heldrow_probe/heldrow_probe.cu && /tmp/heldrow_probe
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "softmax/softmax_pipelined.cuh"
+#include "../probe_check.h"
+
+using namespace flash_attn_ext;
+using namespace flash_attn_ext::softmax;
+using T = __nv_bfloat16;
+
+constexpr int kPieceVecs = 1024;  // 16 KB pieces of 16-byte vectors, as the library
+
+// Makes the held vectors opaque to the compiler between passes, so each pass unpacks them again instead of
+// keeping all their floats live (with 16 vectors a thread: 128 registers of floats and spills).
+template <int kN, int kM> __device__ __forceinline__ void opaque(uint4 (&h)[kN][kM]) {
+#pragma unroll
+  for (int i = 0; i < kN; ++i)
+#pragma unroll
+    for (int j = 0; j < kM; ++j) asm volatile("" : "+r"(h[i][j].x), "+r"(h[i][j].y), "+r"(h[i][j].z), "+r"(h[i][j].w));
+}
+
+// Shape: persistent grid, block b takes rows b, b + gridDim.x, ... of kPieces * 8192 bf16 elements each.
+// Block: kThreads, kBlocksPerSm of them resident per SM (the register bound). Dynamic shared memory: p.ring_pieces 16 KB slots. Each thread holds kPieces * kPer vectors
+// of the current row in registers.
+template <int kThreads, int kPieces, int kBlocksPerSm, bool kStreamingStores = true>
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm) held_rows_kernel(const PipeParams<T> p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr int kPer = kPieceVecs / kThreads;  // vectors per thread and piece
+  constexpr int kVec = 8;
+  extern __shared__ __align__(128) uint4 ring[];
+  __shared__ uint64_t bars[kPipeMaxPieces];
+  __shared__ OnlineState<float> scratch[kRowScratch];
+  pipe::init_ring_barriers(bars, p.ring_pieces);
+  const int t = threadIdx.x;
+  pipe::Producer<T> producer{blockIdx.x, gridDim.x, 0, 0, 0, 0};
+  if (t == 0) producer.fill(p, p.rows, ring, bars);
+  int slot = 0;
+  unsigned phase = 0;
+  for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
+    uint4 h[kPieces][kPer];
+#pragma unroll
+    for (int k = 0; k < kPieces; ++k) {
+      mbarrier_wait(bars + slot, phase);
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) h[k][j] = ring[slot * kPieceVecs + j * kThreads + t];
+      if (++slot == p.ring_pieces) {
+        slot = 0;
+        phase ^= 1;
+      }
+    }
+    __syncthreads();  // every thread has its vectors: the slots go back to the producer
+    if (t == 0) {
+      producer.outstanding -= kPieces;
+      fence_async_proxy();
+      producer.fill(p, p.rows, ring, bars);
+    }
+    float m = -INFINITY;
+#pragma unroll
+    for (int k = 0; k < kPieces; ++k)
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) {
+        float w[kVec];
+        VecIO<T>::unpack(h[k][j], w);
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) m = fmaxf(m, w[e]);
+      }
+    opaque(h);
+    const FusedExp2 ex = FusedExp2::at<T>(m);
+    float d = 0.f;
+#pragma unroll
+    for (int k = 0; k < kPieces; ++k)
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) {
+        float w[kVec];
+        VecIO<T>::unpack(h[k][j], w);
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) d += ex(w[e]);
+      }
+    const OnlineState<float> st =
+        reduce_row_state(p.exchange, 1, row, row, OnlineState<float>{m, d * ex.correction}, scratch);
+    opaque(h);
+    const Epilogue<float> epi(SoftmaxOutput::Softmax, st, st.m);
+    const auto term = pipe::output_term<T, true>(epi, st.m);
+    T* y = p.y + row * p.len;
+#pragma unroll
+    for (int k = 0; k < kPieces; ++k)
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) {
+        float w[kVec];
+        VecIO<T>::unpack(h[k][j], w);
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) w[e] = term(w[e]);
+        T* const at = y + static_cast<int64_t>(k * kPieceVecs + j * kThreads + t) * kVec;
+        if constexpr (kStreamingStores) {
+          store16_streaming(at, VecIO<T>::pack(w));  // st.global.cs, as the library's 16-bit stores
+        } else {
+          store16(at, VecIO<T>::pack(w));
+        }
+      }
+  }
+#endif
+}
+
+__global__ void flush_kernel(const uint4* buf, size_t n, unsigned* sink) {
+  unsigned acc = 0;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    acc ^= buf[i].x;
+  if (acc == 0x12345678u) *sink = acc;
+}
+
+struct Bench {
+  const uint4* flush_buf;
+  size_t flush_n;
+  unsigned* sink;
+  cudaEvent_t a[64], b[64];
+  Bench() {
+    for (int i = 0; i < 64; ++i) {
+      CK(cudaEventCreate(&a[i]));
+      CK(cudaEventCreate(&b[i]));
+    }
+  }
+  // f(i): a call on buffer pair i % pairs
+  template <class F> float cold(F&& f, int reps) {
+    std::vector<float> ts;
+    for (int r = 0; r < reps + 3; ++r) {
+      flush_kernel<<<132 * 4, 512>>>(flush_buf, flush_n, sink);
+      CK(cudaEventRecord(a[0]));
+      f(0);
+      CK(cudaEventRecord(b[0]));
+      CK(cudaEventSynchronize(b[0]));
+      float ms;
+      CK(cudaEventElapsedTime(&ms, a[0], b[0]));
+      if (r >= 3) ts.push_back(ms * 1000.f);
+    }
+    std::sort(ts.begin(), ts.end());
+    return ts[ts.size() / 2];
+  }
+  template <class F> float stream(F&& f, int calls, int rounds) {
+    std::vector<float> ts;
+    for (int r = 0; r < rounds + 1; ++r) {
+      CK(cudaEventRecord(a[0]));
+      for (int i = 0; i < calls; ++i) f(i);
+      CK(cudaEventRecord(b[0]));
+      CK(cudaEventSynchronize(b[0]));
+      float ms;
+      CK(cudaEventElapsedTime(&ms, a[0], b[0]));
+      if (r >= 1) ts.push_back(ms * 1000.f / calls);
+    }
+    std::sort(ts.begin(), ts.end());
+    return ts[ts.size() / 2];
+  }
+};
+
+void run_shape(Bench& bench, int64_t rows, int64_t len, int sms) {
+  constexpr int kPairs = 3;
+  const size_t bytes = size_t(rows * len) * sizeof(T);
+  T *x[kPairs], *y[kPairs];
+  for (int i = 0; i < kPairs; ++i) {
+    CK(cudaMalloc(&x[i], bytes));
+    CK(cudaMalloc(&y[i], bytes));
+  }
+  std::vector<T> hx(rows * len);
+  srand(7);
+  for (auto& v : hx) v = T(float(rand()) / RAND_MAX * 8.f - 4.f);
+  for (int i = 0; i < kPairs; ++i) CK(cudaMemcpy(x[i], hx.data(), bytes, cudaMemcpyHostToDevice));
+  auto check = [&](const char* name) {
+    std::vector<T> hy(rows * len);
+    CK(cudaMemcpy(hy.data(), y[0], bytes, cudaMemcpyDeviceToHost));
+    double worst = 0;
+    for (int64_t r : {int64_t(0), rows / 2 + 1, rows - 1}) {
+      double m = -INFINITY, s = 0;
+      for (int64_t e = 0; e < len; ++e) m = std::max(m, double(__bfloat162float(hx[r * len + e])));
+      for (int64_t e = 0; e < len; ++e) s += std::exp(double(__bfloat162float(hx[r * len + e])) - m);
+      for (int64_t e = 0; e < len; ++e) {
+        const double want = std::exp(double(__bfloat162float(hx[r * len + e])) - m) / s;
+        const double err = std::fabs(__bfloat162float(hy[r * len + e]) - want) / want;
+        if (!(err <= worst)) worst = err;
+      }
+    }
+    if (!(worst <= 1e-2)) std::printf("    %s: max rel err %.3g  WRONG\n", name, worst);
+  };
+  const double floor_us = 2.0 * bytes / 3008e3;
+  auto report = [&](const char* name, float cold_us, float stream_us) {
+    std::printf("  %-40s cold %7.2f us %5.1f %%   stream %7.2f us %5.1f %%\n", name, cold_us, 100 * floor_us / cold_us,
+                stream_us, 100 * floor_us / stream_us);
+  };
+  std::printf("bf16 %lldx%lld\n", (long long)rows, (long long)len);
+  auto copy = [&](int i) { CK(cudaMemcpyAsync(y[i % kPairs], x[i % kPairs], bytes, cudaMemcpyDeviceToDevice)); };
+  report("copy", bench.cold(copy, 30), bench.stream(copy, 30, 5));
+
+  auto run_kernel = [&](const char* name, void (*k)(const PipeParams<T>), int threads, int grid, int ring) {
+    const size_t smem = size_t(ring) * 16384;
+    CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    PipeParams<T> pp{x[0], y[0], rows, len, len, 1, 8192, ring, SoftmaxOutput::Softmax, {}};
+    auto call = [&](int i) {
+      pp.x = x[i % kPairs];
+      pp.y = y[i % kPairs];
+      k<<<grid, threads, smem>>>(pp);
+      CK(cudaGetLastError());
+    };
+    CK(cudaMemset(y[0], 0xff, bytes));
+    call(0);
+    CK(cudaDeviceSynchronize());
+    check(name);
+    report(name, bench.cold(call, 30), bench.stream(call, 30, 5));
+  };
+  run_kernel("library pipelined 256 thr, grid 2/SM, ring 6", pipe::softmax_pipelined_rows_kernel<T>, 256, 2 * sms, 6);
+  if (len == 32768) {
+    // 256 threads at two blocks per SM spill (548 B) under the 128-register bound: 40 % of copy (s31 run 4)
+    run_kernel("held 256 thr, grid 1/SM, ring 13", held_rows_kernel<256, 4, 1>, 256, sms, 13);
+    run_kernel("held 512 thr, grid 1/SM, ring 13", held_rows_kernel<512, 4, 1>, 512, sms, 13);
+    run_kernel("held 1024 thr, grid 1/SM, ring 13", held_rows_kernel<1024, 4, 1>, 1024, sms, 13);
+    run_kernel("held 512 thr, 1/SM, ring 13, plain st", held_rows_kernel<512, 4, 1, false>, 512, sms, 13);
+    // whole rounds: as many blocks as divide the rows evenly (1024 / 8 rounds = 128 of 132 SMs)
+    const int rounds = static_cast<int>((rows + sms - 1) / sms);
+    const int even = static_cast<int>((rows + rounds - 1) / rounds);
+    char name[80];
+    std::snprintf(name, sizeof name, "held 512 thr, grid %d, ring 13", even);
+    run_kernel(name, held_rows_kernel<512, 4, 1>, 512, even, 13);
+    std::snprintf(name, sizeof name, "library pipelined 256 thr, grid %d, ring 6", 2 * even);
+    run_kernel(name, pipe::softmax_pipelined_rows_kernel<T>, 256, 2 * even, 6);
+  }
+  for (int i = 0; i < kPairs; ++i) {
+    CK(cudaFree(x[i]));
+    CK(cudaFree(y[i]));
+  }
+}
+
+int main() {
+  int sms;
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  Bench bench;
+  const size_t flush_n = (256ull << 20) / 16;
+  uint4* fl;
+  CK(cudaMalloc(&fl, flush_n * 16));
+  CK(cudaMemset(fl, 1, flush_n * 16));
+  CK(cudaMalloc(&bench.sink, 4));
+  bench.flush_buf = fl;
+  bench.flush_n = flush_n;
+  run_shape(bench, 1024, 32768, sms);
+  run_shape(bench, 2048, 32768, sms);
+  run_shape(bench, 1024, 32768, sms);
+  run_shape(bench, 4096, 32768, sms);
+  CK(cudaDeviceSynchronize());
+  return 0;
+}

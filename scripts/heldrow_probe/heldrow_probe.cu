@@ -4,11 +4,13 @@
 // row is reduced and stored. Why: in the library kernel a row holds its slots until its store pass ends, and a
 // 6-slot ring of 4-slot rows leaves 2 slots of lookahead (NOTES, "s31 run 2": the next row's last pieces
 // were issued only at the release and waited for). Held rows gained 1-2 us streamed at 1024 rows, 5-10 us at
-// 2048-4096, nothing cold.
+// 2048-4096, nothing cold, against the library kernel launched as here; not against the op, whose graph with
+// early launch streams 1024x32768 as fast (NOTES, "s31 run 6"), and they lose on shorter and 128 KB rows.
 // Two timings: cold (a 256 MiB read before each call, events around the call, median) and stream (30 calls
 // back to back over rotating buffers, 3 x (in + out) >= 4x L2, time per call). The copy is cudaMemcpyAsync.
 // Build and run from the repository root (sm_90):
 //   nvcc -O3 -std=c++17 --expt-relaxed-constexpr -arch=sm_90a -I csrc -o /tmp/heldrow_probe scripts/heldrow_probe/heldrow_probe.cu && /tmp/heldrow_probe
+// PROBE_LENGTHS=1: instead, rows of 1 to 8 pieces, the library's plan against held rows of 512 threads.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -17,6 +19,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "softmax/softmax_pipelined.cuh"
@@ -169,7 +172,14 @@ struct Bench {
   }
 };
 
-void run_shape(Bench& bench, int64_t rows, int64_t len, int sms) {
+struct Config {
+  std::string name;
+  void (*kernel)(const PipeParams<T>);
+  int threads, grid, ring;
+};
+
+// The copy, then each configuration on rows x len (len a multiple of 8192: whole 16 KB pieces).
+void run_shape(Bench& bench, int64_t rows, int64_t len, const std::vector<Config>& configs) {
   constexpr int kPairs = 3;
   const size_t bytes = size_t(rows * len) * sizeof(T);
   T *x[kPairs], *y[kPairs];
@@ -222,26 +232,47 @@ void run_shape(Bench& bench, int64_t rows, int64_t len, int sms) {
     check(name);
     report(name, bench.cold(call, 30), bench.stream(call, 30, 5));
   };
-  run_kernel("library pipelined 256 thr, grid 2/SM, ring 6", pipe::softmax_pipelined_rows_kernel<T>, 256, 2 * sms, 6);
-  if (len == 32768) {
-    // 256 threads at two blocks per SM spill (548 B) under the 128-register bound: 40 % of copy (s31 run 4)
-    run_kernel("held 256 thr, grid 1/SM, ring 13", held_rows_kernel<256, 4, 1>, 256, sms, 13);
-    run_kernel("held 512 thr, grid 1/SM, ring 13", held_rows_kernel<512, 4, 1>, 512, sms, 13);
-    run_kernel("held 1024 thr, grid 1/SM, ring 13", held_rows_kernel<1024, 4, 1>, 1024, sms, 13);
-    run_kernel("held 512 thr, 1/SM, ring 13, plain st", held_rows_kernel<512, 4, 1, false>, 512, sms, 13);
-    // whole rounds: as many blocks as divide the rows evenly (1024 / 8 rounds = 128 of 132 SMs)
-    const int rounds = static_cast<int>((rows + sms - 1) / sms);
-    const int even = static_cast<int>((rows + rounds - 1) / rounds);
-    char name[80];
-    std::snprintf(name, sizeof name, "held 512 thr, grid %d, ring 13", even);
-    run_kernel(name, held_rows_kernel<512, 4, 1>, 512, even, 13);
-    std::snprintf(name, sizeof name, "library pipelined 256 thr, grid %d, ring 6", 2 * even);
-    run_kernel(name, pipe::softmax_pipelined_rows_kernel<T>, 256, 2 * even, 6);
-  }
+  for (const Config& c : configs) run_kernel(c.name.c_str(), c.kernel, c.threads, c.grid, c.ring);
   for (int i = 0; i < kPairs; ++i) {
     CK(cudaFree(x[i]));
     CK(cudaFree(y[i]));
   }
+}
+
+
+// The library's pipelined plan for whole 16-bit rows (two blocks per SM with 6-piece rings up to 4 pieces a
+// row, else one per SM with 13), then held rows of kPieces pieces: 512 threads (1024 for 8 pieces), one block
+// per SM, 13 pieces.
+template <int kPieces> std::vector<Config> plans(int sms) {
+  std::vector<Config> c;
+  if (kPieces <= 4) {
+    c.push_back({"library pipelined 256 thr, 2/SM, ring 6", pipe::softmax_pipelined_rows_kernel<T>, 256, 2 * sms, 6});
+  } else {
+    c.push_back({"library pipelined 256 thr, 1/SM, ring 13", pipe::softmax_pipelined_rows_kernel<T>, 256, sms, 13});
+  }
+  if constexpr (kPieces <= 4) {
+    c.push_back({"held 512 thr, 1/SM, ring 13", held_rows_kernel<512, kPieces, 1>, 512, sms, 13});
+  } else {  // 512 threads spill 548 B here under the 128-register bound
+    c.push_back({"held 1024 thr, 1/SM, ring 13", held_rows_kernel<1024, kPieces, 1>, 1024, sms, 13});
+  }
+  return c;
+}
+
+// s31 runs 3-5: 64 KB rows, held at 256 / 512 / 1024 threads, plain stores, an even grid.
+std::vector<Config> variants_64k(int64_t rows, int sms) {
+  const int rounds = static_cast<int>((rows + sms - 1) / sms);
+  const int even = static_cast<int>((rows + rounds - 1) / rounds);  // 1024 rows: 128 blocks of 8
+  return {
+      {"library pipelined 256 thr, 2/SM, ring 6", pipe::softmax_pipelined_rows_kernel<T>, 256, 2 * sms, 6},
+      // 256 threads at two blocks per SM spill (548 B) under the 128-register bound: 40 % of copy
+      {"held 256 thr, 1/SM, ring 13", held_rows_kernel<256, 4, 1>, 256, sms, 13},
+      {"held 512 thr, 1/SM, ring 13", held_rows_kernel<512, 4, 1>, 512, sms, 13},
+      {"held 1024 thr, 1/SM, ring 13", held_rows_kernel<1024, 4, 1>, 1024, sms, 13},
+      {"held 512 thr, 1/SM, ring 13, plain st", held_rows_kernel<512, 4, 1, false>, 512, sms, 13},
+      {"held 512 thr, grid " + std::to_string(even) + ", ring 13", held_rows_kernel<512, 4, 1>, 512, even, 13},
+      {"library pipelined 256 thr, grid " + std::to_string(2 * even) + ", ring 6",
+       pipe::softmax_pipelined_rows_kernel<T>, 256, 2 * even, 6},
+  };
 }
 
 int main() {
@@ -255,10 +286,19 @@ int main() {
   CK(cudaMalloc(&bench.sink, 4));
   bench.flush_buf = fl;
   bench.flush_n = flush_n;
-  run_shape(bench, 1024, 32768, sms);
-  run_shape(bench, 2048, 32768, sms);
-  run_shape(bench, 1024, 32768, sms);
-  run_shape(bench, 4096, 32768, sms);
+  if (const char* sweep = std::getenv("PROBE_LENGTHS"); sweep && sweep[0] == '1') {
+    // row lengths of 1, 2, 3, 4 and 8 pieces (16 to 128 KB), 32-256 MiB of input
+    run_shape(bench, 8192, 8192, plans<1>(sms));
+    run_shape(bench, 4096, 16384, plans<2>(sms));
+    run_shape(bench, 2048, 24576, plans<3>(sms));
+    run_shape(bench, 1024, 32768, plans<4>(sms));
+    run_shape(bench, 4096, 32768, plans<4>(sms));
+    run_shape(bench, 512, 65536, plans<8>(sms));
+    run_shape(bench, 2048, 65536, plans<8>(sms));
+    CK(cudaDeviceSynchronize());
+    return 0;
+  }
+  for (int64_t rows : {1024, 2048, 1024, 4096}) run_shape(bench, rows, 32768, variants_64k(rows, sms));
   CK(cudaDeviceSynchronize());
   return 0;
 }

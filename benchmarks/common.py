@@ -151,19 +151,22 @@ class Timer:
         """Median and spread (ms) of ``fn()`` over the reps, each call timed alone after a cache flush."""
         return self.time_interleaved([fn], flush, warmup, reps)[0]
 
-    def time_interleaved(self, fns, flush=True, warmup=None, reps=None):
+    def time_interleaved(self, fns, flush=True, warmup=None, reps=None, lead_ins=None):
         """``time`` for several callables at once, their reps taken in turn (rep i of every callable before rep
         i + 1 of any), so a drift of the device over the point (clocks, other tenants, the allocator) lands on
-        all of them alike and their ratios do not depend on which was timed first. Returns one summary per
+        all of them alike and their ratios do not depend on which was timed first. ``lead_ins``: one callable
+        per fn, run untimed right before each of its timed calls (after the flush). Returns one summary per
         callable, in order."""
         warmup = self.warmup if warmup is None else warmup
         reps = self.reps if reps is None else reps
         self.sync()
         t0 = time.perf_counter()
         for _ in range(max(1, warmup)):
-            for fn in fns:
+            for k, fn in enumerate(fns):
                 if flush:
                     self.flush()
+                if lead_ins is not None:
+                    lead_ins[k]()
                 fn()
         self.sync()
         per_round = (time.perf_counter() - t0) / max(1, warmup)
@@ -177,6 +180,8 @@ class Timer:
                 for k, fn in enumerate(fns):
                     if flush:
                         self.flush()
+                    if lead_ins is not None:
+                        lead_ins[k]()
                     events[k][i][0].record()
                     fn()
                     events[k][i][1].record()
@@ -187,6 +192,8 @@ class Timer:
                 for k, fn in enumerate(fns):
                     if flush:
                         self.flush()
+                    if lead_ins is not None:
+                        lead_ins[k]()
                     t = time.perf_counter()
                     fn()
                     times[k].append((time.perf_counter() - t) * 1e3)
@@ -205,10 +212,13 @@ class Timer:
         """Sustained time per call of each ``fn(x)``: the calls over every input of ``xs`` back to back (one CUDA
         graph per callable, so neither host launch overhead nor a flush sits between them; their outputs stay
         alive, so each call writes fresh memory), the time of one pass divided by len(xs); the passes of the
-        callables taken in turn as in ``time_interleaved``. What a model sees when the op runs between other
-        kernels: no per-call start-up cost, and every byte written is written back inside the timed passes.
-        The bytes over this time compare like for like with the copy bandwidth (itself one long copy). On the
-        CPU: a plain loop over xs. Returns one summary (ms per call) per callable."""
+        callables taken in turn as in ``time_interleaved``, each timed pass right after an untimed pass of the
+        same callable. What a model sees when the op runs between other kernels: no per-call start-up cost, and
+        the write-back a timed pass inherits (the output still in L2 when the pass before it ended) is its own
+        kind's, so the time is the callable's steady state; without the lead-in a pass paid for whatever the
+        other callable's pass left in L2 (NOTES, "s31 run 7"). The bytes over this time compare like for like
+        with the copy bandwidth (itself one long copy). On the CPU: a plain loop over xs. Returns one summary
+        (ms per call) per callable."""
         reps = max(3, self.reps // 4 if reps is None else reps)
         passes = []
         for fn in fns:
@@ -225,7 +235,7 @@ class Timer:
             with torch.cuda.graph(graph):
                 outs = [fn(x) for x in xs]  # alive to the end of the capture: one output block per call
             passes.append(lambda graph=graph, outs=outs: graph.replay())
-        stats = self.time_interleaved(passes, flush=False, warmup=1, reps=reps)
+        stats = self.time_interleaved(passes, flush=False, warmup=1, reps=reps, lead_ins=passes)
         for s in stats:
             for k in ("median_ms", "min_ms", "p20_ms", "p80_ms", "mean_ms"):
                 s[k] /= len(xs)

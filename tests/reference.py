@@ -30,6 +30,17 @@ def run_in_fresh_python(code: str, timeout: Optional[float] = 300, **env_vars) -
                           cwd=os.path.dirname(os.path.abspath(__file__)))
 
 
+def run_cpu_isa_check(code: str, isa: str) -> None:
+    """Runs `code` (which prints "checked" when done) in a child pinned with FLASH_ATTN_EXT_CPU_ISA=isa: the CPU
+    kernels' loops are compiled per instruction set and picked at run time (csrc/common/cpu_isa.h), so the
+    variants other than this CPU's widest never run in the test process. Skips when this CPU or build lacks
+    `isa`."""
+    child = run_in_fresh_python(code, timeout=None, FLASH_ATTN_EXT_CPU_ISA=isa)
+    if "lacks" in child.stderr or "has no x86 variants" in child.stderr:
+        pytest.skip(f"this CPU or build has no {isa} variant")
+    assert child.returncode == 0 and "checked" in child.stdout, child.stderr[-3000:]
+
+
 def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
     """||out - ref|| / ||ref|| in float64; the absolute norm when ``ref`` is all zeros (or empty)."""
     diff = (out.double() - ref.double()).norm().item()

@@ -8,7 +8,7 @@ import torch
 
 import flash_attn_ext as fae
 from reference import (DEVICES, HAS_CUDA, NO_INDUCTOR_CACHE, attention_ref, merge_ref, poison, rel_err,
-                       requires_cuda, run_in_fresh_python, sdpa_baseline)
+                       requires_cuda, run_cpu_isa_check, sdpa_baseline)
 
 DTYPES = [torch.float16, torch.bfloat16, torch.float32]
 HEAD_DIMS = [8, 16, 40, 64, 72, 96, 128, 200, 256]
@@ -235,12 +235,8 @@ print("checked")
 
 @pytest.mark.parametrize("isa", ["generic", "avx2", "avx512"])
 def test_cpu_isa_variants(isa):
-    # The CPU tile math is compiled per instruction set and picked at load time: the other variants never
-    # run in this process, so each one runs once in a child process pinned with FLASH_ATTN_EXT_CPU_ISA.
-    child = run_in_fresh_python(CPU_ISA_CHECK, timeout=None, FLASH_ATTN_EXT_CPU_ISA=isa)
-    if "lacks" in child.stderr or "has no x86 variants" in child.stderr:
-        pytest.skip(f"this CPU or build has no {isa} variant")
-    assert child.returncode == 0 and "checked" in child.stdout, child.stderr[-3000:]
+    # The CPU tile math of each instruction set's variant, on every head-dim class and the causal mask.
+    run_cpu_isa_check(CPU_ISA_CHECK, isa)
 
 
 # --- degenerate sizes ---------------------------------------------------------------------------------------

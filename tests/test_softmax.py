@@ -7,7 +7,7 @@ import torch
 
 import flash_attn_ext as fae
 from reference import (DEVICES, NO_INDUCTOR_CACHE, log_softmax_ref, logsumexp_ref, poison, rel_err,
-                       requires_cuda, run_in_fresh_python, softmax_ref)
+                       requires_cuda, run_cpu_isa_check, run_in_fresh_python, softmax_ref)
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
 ALGORITHMS = ["safe", "online", "auto"]
@@ -613,6 +613,33 @@ def test_forced_configs_cuda(config):
         pytest.skip("the pipelined and dual kernels need sm_90")
     child = run_in_fresh_python(FORCED_CONFIG_CHECK, timeout=None, FAE_SOFTMAX_CONFIG=config)
     assert child.returncode == 0 and "checked" in child.stdout, child.stderr[-3000:]
+
+
+CPU_ISA_CHECK = """
+import torch
+import flash_attn_ext as fae
+import test_softmax as t
+from reference import softmax_ref, log_softmax_ref, logsumexp_ref
+ops = ((fae.softmax, softmax_ref, torch.softmax), (fae.log_softmax, log_softmax_ref, torch.log_softmax),
+       (fae.logsumexp, logsumexp_ref, torch.logsumexp))
+for dtype in (torch.float32, torch.bfloat16, torch.float16):
+    for shape in ((7, 1), (5, 97), (3, 1025), (2, 4097)):
+        x = t.make_input(shape, dtype, "cpu")
+        for op, ref, base in ops:
+            for kw in ({},) if op is fae.logsumexp else ({"algorithm": "safe"}, {"algorithm": "online"}):
+                t.check_against_reference(op(x, -1, **kw), ref(x, -1), base(x, -1), dtype, f"{op.__name__} {shape}")
+    x = t.special_rows(1025, dtype, "cpu")
+    for op, ref, base in ops:
+        for kw in ({},) if op is fae.logsumexp else ({"algorithm": "safe"}, {"algorithm": "online"}):
+            t.assert_special_match(op(x, -1, **kw), base(x, -1), ref(x, -1), f"{op.__name__} special values")
+print("checked")
+"""
+
+
+@pytest.mark.parametrize("isa", ["generic", "avx2", "avx512"])
+def test_cpu_isa_variants(isa):
+    # Every op and algorithm of each CPU variant on odd lengths (chunk tails) and special-value rows.
+    run_cpu_isa_check(CPU_ISA_CHECK, isa)
 
 
 @pytest.mark.cuda

@@ -20,14 +20,13 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
 #include <limits>
-#include <string>
 #include <tuple>
 #include <vector>
 
 #include "attention/attention_problem.h"
+#include "common/cpu_isa.h"
+#include "common/cpu_vector_math.h"
 
 namespace flash_attn_ext {
 namespace {
@@ -46,74 +45,6 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // max that propagates NaN (a NaN score or lse must not be mistaken for "no key").
 inline float nan_max(float a, float b) { return (b > a || b != b) ? b : a; }
-
-#if defined(__GNUC__)
-#define FAE_ALWAYS_INLINE inline __attribute__((always_inline))
-#else
-#define FAE_ALWAYS_INLINE inline
-#endif
-
-#if defined(__has_builtin)
-#if __has_builtin(__builtin_bit_cast)
-#define FAE_HAS_BUILTIN_BIT_CAST 1
-#endif
-#endif
-
-template <typename To, typename From>
-FAE_ALWAYS_INLINE To bit_cast(From from) {
-  static_assert(sizeof(To) == sizeof(From), "bit_cast between types of different sizes");
-#ifdef FAE_HAS_BUILTIN_BIT_CAST
-  return __builtin_bit_cast(To, from);  // no address-taken temporaries: keeps the callers vectorizable
-#else
-  To to;
-  std::memcpy(&to, &from, sizeof(to));
-  return to;
-#endif
-}
-
-// exp(x) for x <= 0 (x = s - max), written so that loops over it vectorize without -ffast-math
-// (Cephes expf: range reduction by ln 2, degree-6 polynomial, exponent by bit arithmetic; <= 1.4 ulp).
-// -inf -> 0, NaN -> NaN; results below the smallest normal float (x < -87.3) flush to 0.
-// The clamp and the flush are integer masks, not float selects: GCC does not if-convert float compares
-// under the default -ftrapping-math, which would leave the loop scalar.
-FAE_ALWAYS_INLINE float exp_nonpositive(float x) {
-  constexpr int32_t kLoBits = static_cast<int32_t>(0xc2aeac4fu);  // -87.33654f, where exp reaches FLT_MIN
-  constexpr int32_t kInfBits = 0x7f800000;
-  const int32_t xb = bit_cast<int32_t>(x);
-  const int32_t mag = xb & 0x7fffffff;
-  // all ones where x < -87.33654 (-inf included, NaN excluded), else 0
-  const int32_t below = -static_cast<int32_t>((xb < 0) & (mag > (kLoBits & 0x7fffffff)) & (mag <= kInfBits));
-  const float xc = bit_cast<float>((below & kLoBits) | (~below & xb));
-  const float fx = (xc * 1.44269504088896341f + 12582912.f) - 12582912.f;  // round(xc / ln 2)
-  const float r = (xc - fx * 0.693359375f) - fx * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const float y = p * (r * r) + r + 1.f;
-  const float pow2n = bit_cast<float>((static_cast<int32_t>(fx) + 127) << 23);
-  return bit_cast<float>(bit_cast<int32_t>(y * pow2n) & ~below);
-}
-
-// Max of s[0, n) that propagates NaN, in integer arithmetic so that the loop vectorizes (float compares do
-// not, see exp_nonpositive): flipping the magnitude bits of negative floats makes their bit patterns order
-// like the values as int32; NaN (of either sign) maps above every number.
-template <int64_t n>
-FAE_ALWAYS_INLINE float nan_max_of(const float* s) {
-  constexpr int32_t kInfBits = 0x7f800000, kMagnitude = 0x7fffffff, kNanKey = kMagnitude;
-  constexpr int32_t kNegInfKey = static_cast<int32_t>(0xff800000u) ^ kMagnitude;
-  int32_t best = kNegInfKey;
-  for (int64_t j = 0; j < n; ++j) {
-    const int32_t b = bit_cast<int32_t>(s[j]);
-    const int32_t nan_mask = -static_cast<int32_t>((b & kMagnitude) > kInfBits);
-    const int32_t key = ((b ^ ((b >> 31) & kMagnitude)) & ~nan_mask) | (nan_mask & kNanKey);
-    best = std::max(best, key);
-  }
-  if (best == kNanKey) return std::numeric_limits<float>::quiet_NaN();
-  return bit_cast<float>(best < 0 ? best ^ kMagnitude : best);
-}
 
 // O[0, W) = alpha * O[0, W) + sum_j p[j] * V[j, 0, W) for one row of O; the W accumulators live in registers
 // across all n keys (V rows are ldv floats apart).
@@ -156,7 +87,7 @@ FAE_ALWAYS_INLINE void attention_tile_step_body(const float* __restrict__ sQ, co
     float* s = sS + i * kBK;
     for (int64_t j = 0; j < kBK; ++j) s[j] = acc[j] * scale;
     for (int64_t j = n_vis; j < kBK; ++j) s[j] = kNegInf;  // masked and padding keys: P = 0 below
-    const float m_new = nan_max(rM[i], nan_max_of<kBK>(s));
+    const float m_new = nan_max(rM[i], nan_max_of(s, kBK));
     if (m_new == kNegInf) continue;  // every visible score is -inf so far: keep l = 0
     const float alpha = std::exp(rM[i] - m_new);  // 0 on the first visible tile
     // P = exp(S - m_new); a branch-free loop over the whole tile, so it vectorizes
@@ -188,16 +119,15 @@ void attention_tile_step_generic(const float* sQ, const float* sKt, const float*
   attention_tile_step_body(sQ, sKt, sV, sS, rO, rM, rL, nq, nk, D, diag, scale);
 }
 
-#if defined(__GNUC__) && defined(__x86_64__)
-#define FAE_X86_VARIANTS 1
-__attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,avx2,fma")))
+#ifdef FAE_X86_VARIANTS
+FAE_TARGET_AVX512
 void attention_tile_step_avx512(const float* sQ, const float* sKt, const float* sV, float* sS, float* rO,
                                 float* rM, float* rL, int64_t nq, int64_t nk, int64_t D, int64_t diag,
                                 float scale) {
   attention_tile_step_body(sQ, sKt, sV, sS, rO, rM, rL, nq, nk, D, diag, scale);
 }
 
-__attribute__((target("avx2,fma")))
+FAE_TARGET_AVX2
 void attention_tile_step_avx2(const float* sQ, const float* sKt, const float* sV, float* sS, float* rO,
                               float* rM, float* rL, int64_t nq, int64_t nk, int64_t D, int64_t diag,
                               float scale) {
@@ -205,28 +135,15 @@ void attention_tile_step_avx2(const float* sQ, const float* sKt, const float* sV
 }
 #endif
 
-// The widest variant this CPU runs (the extension itself is built for the baseline ISA).
-// FLASH_ATTN_EXT_CPU_ISA=generic|avx2|avx512 caps the choice, as ATEN_CPU_CAPABILITY does for torch; the tests
-// use it to run every variant. A cap above what the CPU supports is an error, never a silent downgrade.
+// The widest variant this CPU runs (cpu_isa.h).
 AttentionTileStep tile_step_for_cpu() {
-  const char* env = std::getenv("FLASH_ATTN_EXT_CPU_ISA");
-  const std::string cap = env != nullptr ? env : "";
-  TORCH_CHECK(cap.empty() || cap == "generic" || cap == "avx2" || cap == "avx512",
-              "FLASH_ATTN_EXT_CPU_ISA must be generic, avx2 or avx512, got '", cap, "'");
+  switch (cpu_isa()) {
 #ifdef FAE_X86_VARIANTS
-  __builtin_cpu_init();
-  const bool has_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  const bool has_avx512 = has_avx2 && __builtin_cpu_supports("avx512f") &&
-                          __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw") &&
-                          __builtin_cpu_supports("avx512vl");
-  TORCH_CHECK(cap != "avx512" || has_avx512, "FLASH_ATTN_EXT_CPU_ISA=avx512: this CPU (or build) lacks AVX-512");
-  TORCH_CHECK(cap != "avx2" || has_avx2, "FLASH_ATTN_EXT_CPU_ISA=avx2: this CPU (or build) lacks AVX2 + FMA");
-  if (has_avx512 && (cap.empty() || cap == "avx512")) return attention_tile_step_avx512;
-  if (has_avx2 && cap != "generic") return attention_tile_step_avx2;
-#else
-  TORCH_CHECK(cap.empty() || cap == "generic", "FLASH_ATTN_EXT_CPU_ISA=", cap, ": this build has no x86 variants");
+    case CpuIsa::Avx512: return attention_tile_step_avx512;
+    case CpuIsa::Avx2: return attention_tile_step_avx2;
 #endif
-  return attention_tile_step_generic;
+    default: return attention_tile_step_generic;
+  }
 }
 
 // Calls f(scalar_t{}) for the dtypes the attention ops accept; anything else is an error.

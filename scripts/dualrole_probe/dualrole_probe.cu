@@ -199,18 +199,7 @@ void run_shape(Timer& tm, int64_t rows, int64_t len, int want_chunks, int reps, 
   auto check = [&](const char* name) {
     std::vector<T> hy(n);
     CK(cudaMemcpy(hy.data(), y, bytes, cudaMemcpyDeviceToHost));
-    double worst = 0;
-    for (int64_t r : {int64_t(0), rows / 2 + 1, rows - 1}) {
-      double m = -INFINITY, s = 0;
-      for (int64_t e = 0; e < len; ++e) m = std::max(m, double(to_f(hx[r * len + e])));
-      for (int64_t e = 0; e < len; ++e) s += std::exp(double(to_f(hx[r * len + e])) - m);
-      for (int64_t e = 0; e < len; ++e) {
-        const double want = std::exp(double(to_f(hx[r * len + e])) - m) / s;
-        const double got = to_f(hy[r * len + e]);
-        const double err = std::fabs(got - want) / want;
-        if (!(err <= worst)) worst = err;  // NaN sticks
-      }
-    }
+    const double worst = softmax_rows_max_rel_err(hx, hy, rows, len, to_f<T>);
     const double tol = sizeof(T) == 2 ? 1e-2 : 1e-5;
     std::printf("    check %s: max rel err %.3g%s\n", name, worst, worst <= tol ? "" : "  WRONG");
   };

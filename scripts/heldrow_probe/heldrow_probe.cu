@@ -40,6 +40,18 @@ template <int kN, int kM> __device__ __forceinline__ void opaque(uint4 (&h)[kN][
     for (int j = 0; j < kM; ++j) asm volatile("" : "+r"(h[i][j].x), "+r"(h[i][j].y), "+r"(h[i][j].z), "+r"(h[i][j].w));
 }
 
+// f(k, j, w) for each held vector h[k][j], unpacked to floats w.
+template <int kN, int kM, typename F> __device__ __forceinline__ void for_each_held(const uint4 (&h)[kN][kM], F&& f) {
+#pragma unroll
+  for (int k = 0; k < kN; ++k)
+#pragma unroll
+    for (int j = 0; j < kM; ++j) {
+      float w[8];
+      VecIO<T>::unpack(h[k][j], w);
+      f(k, j, w);
+    }
+}
+
 // Shape: persistent grid, block b takes rows b, b + gridDim.x, ... of kPieces * 8192 bf16 elements each.
 // Block: kThreads, kBlocksPerSm of them resident per SM (the register bound). Dynamic shared memory: p.ring_pieces 16 KB slots. Each thread holds kPieces * kPer vectors
 // of the current row in registers.
@@ -76,48 +88,33 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) held_rows_kernel(const
       producer.fill(p, p.rows, ring, bars);
     }
     float m = -INFINITY;
+    for_each_held(h, [&](int, int, float (&w)[kVec]) {
 #pragma unroll
-    for (int k = 0; k < kPieces; ++k)
-#pragma unroll
-      for (int j = 0; j < kPer; ++j) {
-        float w[kVec];
-        VecIO<T>::unpack(h[k][j], w);
-#pragma unroll
-        for (int e = 0; e < kVec; ++e) m = fmaxf(m, w[e]);
-      }
+      for (int e = 0; e < kVec; ++e) m = fmaxf(m, w[e]);
+    });
     opaque(h);
     const FusedExp2 ex = FusedExp2::at<T>(m);
     float d = 0.f;
+    for_each_held(h, [&](int, int, float (&w)[kVec]) {
 #pragma unroll
-    for (int k = 0; k < kPieces; ++k)
-#pragma unroll
-      for (int j = 0; j < kPer; ++j) {
-        float w[kVec];
-        VecIO<T>::unpack(h[k][j], w);
-#pragma unroll
-        for (int e = 0; e < kVec; ++e) d += ex(w[e]);
-      }
+      for (int e = 0; e < kVec; ++e) d += ex(w[e]);
+    });
     const OnlineState<float> st =
         reduce_row_state(p.exchange, 1, row, row, OnlineState<float>{m, d * ex.correction}, scratch);
     opaque(h);
     const Epilogue<float> epi(SoftmaxOutput::Softmax, st, st.m);
     const auto term = pipe::output_term<T, true>(epi, st.m);
     T* y = p.y + row * p.len;
+    for_each_held(h, [&](int k, int j, float (&w)[kVec]) {
 #pragma unroll
-    for (int k = 0; k < kPieces; ++k)
-#pragma unroll
-      for (int j = 0; j < kPer; ++j) {
-        float w[kVec];
-        VecIO<T>::unpack(h[k][j], w);
-#pragma unroll
-        for (int e = 0; e < kVec; ++e) w[e] = term(w[e]);
-        T* const at = y + static_cast<int64_t>(k * kPieceVecs + j * kThreads + t) * kVec;
-        if constexpr (kStreamingStores) {
-          store16_streaming(at, VecIO<T>::pack(w));  // st.global.cs, as the library's 16-bit stores
-        } else {
-          store16(at, VecIO<T>::pack(w));
-        }
+      for (int e = 0; e < kVec; ++e) w[e] = term(w[e]);
+      T* const at = y + static_cast<int64_t>(k * kPieceVecs + j * kThreads + t) * kVec;
+      if constexpr (kStreamingStores) {
+        store16_streaming(at, VecIO<T>::pack(w));  // st.global.cs, as the library's 16-bit stores
+      } else {
+        store16(at, VecIO<T>::pack(w));
       }
+    });
   }
 #endif
 }
@@ -194,17 +191,7 @@ void run_shape(Bench& bench, int64_t rows, int64_t len, const std::vector<Config
   auto check = [&](const char* name) {
     std::vector<T> hy(rows * len);
     CK(cudaMemcpy(hy.data(), y[0], bytes, cudaMemcpyDeviceToHost));
-    double worst = 0;
-    for (int64_t r : {int64_t(0), rows / 2 + 1, rows - 1}) {
-      double m = -INFINITY, s = 0;
-      for (int64_t e = 0; e < len; ++e) m = std::max(m, double(__bfloat162float(hx[r * len + e])));
-      for (int64_t e = 0; e < len; ++e) s += std::exp(double(__bfloat162float(hx[r * len + e])) - m);
-      for (int64_t e = 0; e < len; ++e) {
-        const double want = std::exp(double(__bfloat162float(hx[r * len + e])) - m) / s;
-        const double err = std::fabs(__bfloat162float(hy[r * len + e]) - want) / want;
-        if (!(err <= worst)) worst = err;
-      }
-    }
+    const double worst = softmax_rows_max_rel_err(hx, hy, rows, len, [](T v) { return __bfloat162float(v); });
     if (!(worst <= 1e-2)) std::printf("    %s: max rel err %.3g  WRONG\n", name, worst);
   };
   const double floor_us = 2.0 * bytes / 3008e3;

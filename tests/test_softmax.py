@@ -628,17 +628,24 @@ for dtype in (torch.float32, torch.bfloat16, torch.float16):
         for op, ref, base in ops:
             for kw in ({},) if op is fae.logsumexp else ({"algorithm": "safe"}, {"algorithm": "online"}):
                 t.check_against_reference(op(x, -1, **kw), ref(x, -1), base(x, -1), dtype, f"{op.__name__} {shape}")
-    x = t.special_rows(1025, dtype, "cpu")
-    for op, ref, base in ops:
-        for kw in ({},) if op is fae.logsumexp else ({"algorithm": "safe"}, {"algorithm": "online"}):
-            t.assert_special_match(op(x, -1, **kw), base(x, -1), ref(x, -1), f"{op.__name__} special values")
+    for shape, dim in (((40, 97), 0), ((3, 300, 70), 1)):  # columns: blocks of 64 and tails
+        x = t.make_input(shape, dtype, "cpu")
+        for op, ref, base in ops:
+            for kw in ({},) if op is fae.logsumexp else ({"algorithm": "safe"}, {"algorithm": "online"}):
+                t.check_against_reference(op(x, dim, **kw), ref(x, dim), base(x, dim), dtype, f"{op.__name__} {shape}")
+    rows = t.special_rows(1025, dtype, "cpu")
+    # rows; and 26 columns, so that the block takes the vector column loops (>= 16) and falls back
+    for x, dim in ((rows, -1), (rows.repeat(2, 1).t().contiguous(), 0)):
+        for op, ref, base in ops:
+            for kw in ({},) if op is fae.logsumexp else ({"algorithm": "safe"}, {"algorithm": "online"}):
+                t.assert_special_match(op(x, dim, **kw), base(x, dim), ref(x, dim), f"{op.__name__} special values")
 print("checked")
 """
 
 
 @pytest.mark.parametrize("isa", ["generic", "avx2", "avx512"])
 def test_cpu_isa_variants(isa):
-    # Every op and algorithm of each CPU variant on odd lengths (chunk tails) and special-value rows.
+    # Every op and algorithm of each CPU variant on odd lengths (chunk tails), columns and special values.
     run_cpu_isa_check(CPU_ISA_CHECK, isa)
 
 

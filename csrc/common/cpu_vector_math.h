@@ -58,21 +58,33 @@ FAE_ALWAYS_INLINE float exp_nonpositive(float x) {
   return bit_cast<float>(bit_cast<int32_t>((y * pow2n_64) * 0x1p-64f) & ~below);
 }
 
-// Max of s[0, n) that propagates NaN (-inf for n == 0), in integer arithmetic so that the loop vectorizes:
-// flipping the magnitude bits of negative floats makes their bit patterns order like the values as int32;
-// NaN (of either sign) maps above every number.
+// Order keys for a NaN-propagating max in integer arithmetic (float compares keep a loop scalar): flipping the
+// magnitude bits of negative floats makes their bit patterns order like the values as int32; NaN (of either
+// sign) maps above every number, and back to a NaN.
+constexpr int32_t kMaxKeyNan = 0x7fffffff;
+FAE_ALWAYS_INLINE int32_t max_key(float v) {
+  constexpr int32_t kInfBits = 0x7f800000, kMagnitude = 0x7fffffff;
+  const int32_t b = bit_cast<int32_t>(v);
+  const int32_t nan_mask = -static_cast<int32_t>((b & kMagnitude) > kInfBits);
+  return ((b ^ ((b >> 31) & kMagnitude)) & ~nan_mask) | (nan_mask & kMaxKeyNan);
+}
+
+FAE_ALWAYS_INLINE float from_max_key(int32_t k) { return bit_cast<float>(k < 0 ? k ^ 0x7fffffff : k); }
+
+// NaN-propagating max of two floats, branch-free.
+FAE_ALWAYS_INLINE float nan_max2(float a, float b) {
+  const int32_t ka = max_key(a), kb = max_key(b);
+  return from_max_key(ka > kb ? ka : kb);
+}
+
+// Max of s[0, n) that propagates NaN (-inf for n == 0).
 FAE_ALWAYS_INLINE float nan_max_of(const float* s, int64_t n) {
-  constexpr int32_t kInfBits = 0x7f800000, kMagnitude = 0x7fffffff, kNanKey = kMagnitude;
-  constexpr int32_t kNegInfKey = static_cast<int32_t>(0xff800000u) ^ kMagnitude;
-  int32_t best = kNegInfKey;
+  int32_t best = max_key(-std::numeric_limits<float>::infinity());
   for (int64_t j = 0; j < n; ++j) {
-    const int32_t b = bit_cast<int32_t>(s[j]);
-    const int32_t nan_mask = -static_cast<int32_t>((b & kMagnitude) > kInfBits);
-    const int32_t key = ((b ^ ((b >> 31) & kMagnitude)) & ~nan_mask) | (nan_mask & kNanKey);
+    const int32_t key = max_key(s[j]);
     best = best > key ? best : key;
   }
-  if (best == kNanKey) return std::numeric_limits<float>::quiet_NaN();
-  return bit_cast<float>(best < 0 ? best ^ kMagnitude : best);
+  return from_max_key(best);
 }
 
 // bfloat16 <-> float in integer arithmetic (the loops vectorize): widening is exact; narrowing rounds to

@@ -1,26 +1,11 @@
-// CPU softmax / log_softmax / logsumexp over (outer, len, inner), the layout of SoftmaxProblem.
-//
-// Numerics, written down once (torch parity, special values included):
-//   state (m, d): running max m and d = sum exp(x - m) over the elements seen so far.
-//   rescale(a, m) = (a == m) ? 1 : exp(a - m)   -- so -inf == -inf counts as 1, never NaN.
-//   push x:        m' = fmax(m, x) (NaN ignored), d' = d * rescale(m, m') + rescale(x, m')   (NaN x -> d NaN)
-//   merge (m1, d1), (m2, d2): m = fmax(m1, m2), d = d1 * rescale(m1, m) + d2 * rescale(m2, m)
-//   finalize: softmax exp(x - m) / d, log_softmax x - m - log(d), logsumexp m + log(d);
-//             for softmax/log_softmax a row with m == +inf has d = NaN (torch gives NaN everywhere).
-// "safe" finds m = fmax over the row first, then d = sum rescale(x, m); "online" ("auto") keeps (m, d)
-// in one pass. Both then run the same finalize pass.
-//
-// Accuracy: sums run in acc_t (float; double for double) over short chunks with several independent lanes,
-// and the chunk states are merged pairwise, so the error of d grows with log(len), not len: rows of 2^24
-// float elements stay at ~1e-7 relative.
+// CPU softmax / log_softmax / logsumexp over (outer, len, inner), the layout of SoftmaxProblem: the rows
+// (inner == 1, one task per row) and the ops' CPU registration; the numerics in softmax_cpu_state.h, the
+// columns in softmax_cpu_columns.cpp.
 //
 // Speed: rows of float, half and bfloat16 (float accumulation) run on float chunks of kRowChunk elements
-// through RowMath, loops compiled per x86 instruction set (common/cpu_isa.h) with a vectorizable exp
-// (common/cpu_vector_math.h, <= 1.4 ulp); a chunk ("safe": the row) whose max is not finite (+-inf, NaN)
-// takes the scalar code, which carries the rules above. Double rows and columns are scalar.
-//
-// Work split: rows (inner == 1) -> one task per row; columns (inner > 1) -> one task per
-// (outer, block of kColumnBlock columns), each streaming the len rows of its block once per pass.
+// through ChunkMath (softmax_cpu_math.h), loops compiled per x86 instruction set (common/cpu_isa.h) with a
+// vectorizable exp (common/cpu_vector_math.h, <= 1.4 ulp); a chunk ("safe": the row) whose max is not finite
+// (+-inf, NaN) takes the scalar code, which carries the rules of softmax_cpu_state.h. Double rows are scalar.
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
@@ -35,105 +20,13 @@
 #include <type_traits>
 #include <vector>
 
-#include "softmax/softmax_cpu_row_math.h"
+#include "softmax/softmax_cpu_math.h"
+#include "softmax/softmax_cpu_state.h"
 #include "softmax/softmax_problem.h"
 
 namespace flash_attn_ext {
+namespace cpu_softmax {
 namespace {
-
-constexpr int64_t kRowChunk = 512;     // elements per chunk of a contiguous row
-constexpr int kRowLanes = 8;           // independent (m, d) states inside a row chunk
-constexpr int64_t kColumnBlock = 64;   // columns per task when inner > 1
-constexpr int64_t kColumnChunk = 128;  // rows of the reduced dim per chunk when inner > 1
-static_assert(kRowChunk % kRowLanes == 0, "a row chunk must split evenly into lanes");
-
-template <typename acc_t>
-struct RowState {
-  acc_t m = -std::numeric_limits<acc_t>::infinity();
-  acc_t d = 0;
-};
-
-template <typename acc_t>
-inline acc_t rescale(acc_t a, acc_t m) {
-  return a == m ? acc_t(1) : std::exp(a - m);
-}
-
-// Online update with one exp per element; equal to the fmax formula in the header (x > m is false for NaN).
-template <typename acc_t>
-inline void push(RowState<acc_t>& s, acc_t x) {
-  if (x > s.m) {
-    s.d = s.d * std::exp(s.m - x) + acc_t(1);
-    s.m = x;
-  } else {
-    s.d += rescale(x, s.m);
-  }
-}
-
-template <typename acc_t>
-inline RowState<acc_t> merge(const RowState<acc_t>& a, const RowState<acc_t>& b) {
-  RowState<acc_t> r;
-  r.m = std::fmax(a.m, b.m);
-  r.d = a.d * rescale(a.m, r.m) + b.d * rescale(b.m, r.m);
-  return r;
-}
-
-// Pairwise (binary-counter) merge of chunk states: level k holds the merge of 2^k consecutive chunks.
-template <typename acc_t>
-class PairwiseStates {
- public:
-  void add(RowState<acc_t> s) {
-    int level = 0;
-    for (uint64_t c = count_; c & 1; c >>= 1, ++level) s = merge(RowState<acc_t>{m_[level], d_[level]}, s);
-    m_[level] = s.m;
-    d_[level] = s.d;
-    ++count_;
-  }
-  RowState<acc_t> total() const {
-    RowState<acc_t> r;
-    int level = 0;
-    for (uint64_t c = count_; c != 0; c >>= 1, ++level) {
-      if (c & 1) r = merge(RowState<acc_t>{m_[level], d_[level]}, r);
-    }
-    return r;
-  }
-
- private:
-  // Level k is written before it is read (bit k of count_ set), so the arrays are left uninitialized: a
-  // PairwiseStates per row costs nothing up front (64 initialized levels were most of a 128-element row's time).
-  acc_t m_[64];
-  acc_t d_[64];
-  uint64_t count_ = 0;
-};
-
-template <typename acc_t>
-inline RowState<acc_t> merge_lanes(const RowState<acc_t>* lanes, int n) {
-  RowState<acc_t> r;
-  for (int i = 0; i < n; ++i) r = merge(r, lanes[i]);
-  return r;
-}
-
-template <typename acc_t>
-inline acc_t row_max(acc_t a, acc_t x) {
-  return std::fmax(a, x);
-}
-
-// Final (m, d) -> what the normalize pass needs: log(d), 1/d, with the +inf rule applied.
-template <typename acc_t>
-struct Finalizer {
-  acc_t m, inv_d, log_d;
-  Finalizer(RowState<acc_t> s, SoftmaxOutput output) : m(s.m) {
-    acc_t d = s.d;
-    if (output != SoftmaxOutput::LogSumExp && m == std::numeric_limits<acc_t>::infinity()) {
-      d = std::numeric_limits<acc_t>::quiet_NaN();
-    }
-    // only what the output reads: a log and a division are a visible share of a short row
-    inv_d = output == SoftmaxOutput::Softmax ? acc_t(1) / d : acc_t(0);
-    log_d = output != SoftmaxOutput::Softmax ? std::log(d) : acc_t(0);
-  }
-  acc_t lse() const { return m + log_d; }
-  acc_t softmax(acc_t x) const { return std::exp(x - m) * inv_d; }
-  acc_t log_softmax(acc_t x) const { return (x - m) - log_d; }
-};
 
 // ---- rows: inner == 1 -----------------------------------------------------------------------------------
 
@@ -184,19 +77,18 @@ RowState<acc_t> reduce_row(const scalar_t* x, int64_t len, SoftmaxAlgorithm algo
   return chunks.total();
 }
 
-// ---- rows, float accumulation: chunk math by RowMath (softmax_cpu_row_math.h) ---------------------------
+// ---- rows, float accumulation: chunk math by ChunkMath (softmax_cpu_math.h) ------------------------------
 
-inline bool finite(float v) { return std::isfinite(v); }
-
-// Rows of float, half or bfloat16 (16-bit types: their bits through RowMath's conversions): each
-// kRowChunk-element chunk converted to float once per pass (float input is used in place), reduced and written by RowMath; special values take the scalar code (see top).
+// Rows of float, half or bfloat16: each kRowChunk-element chunk converted to float once per pass (16-bit
+// types by ChunkMath's conversions; float input is used in place), reduced and written by ChunkMath;
+// special values take the scalar code (see top).
 // Softmax rows keep each chunk's exponentials as the reduction computes them, relative to the max they were
 // taken at (float rows in their output, 16-bit rows in a float row of scratch), and rescale them at the end:
 // one exponential per element.
 template <typename scalar_t>
 void softmax_rows_float(const SoftmaxProblem& p) {
   constexpr bool kInPlace = std::is_same_v<scalar_t, float>;
-  const RowMath math = row_math_for_cpu();
+  const ChunkMath math = chunk_math_for_cpu();
   const scalar_t* x = p.x.const_data_ptr<scalar_t>();
   scalar_t* out = p.out.mutable_data_ptr<scalar_t>();
   const int64_t len = p.len;
@@ -309,83 +201,18 @@ void softmax_rows(const SoftmaxProblem& p) {
   });
 }
 
-// ---- columns: inner > 1, the reduced dim has stride `inner` -----------------------------------------------
-
-template <typename scalar_t, typename acc_t>
-void softmax_columns(const SoftmaxProblem& p) {
-  const scalar_t* x = p.x.const_data_ptr<scalar_t>();
-  scalar_t* out = p.out.mutable_data_ptr<scalar_t>();
-  const int64_t len = p.len, inner = p.inner;
-  const int64_t blocks = (inner + kColumnBlock - 1) / kColumnBlock;
-  const int64_t grain = std::max<int64_t>(1, 32768 / (len * kColumnBlock));
-  at::parallel_for(0, p.outer * blocks, grain, [&](int64_t begin, int64_t end) {
-    std::vector<PairwiseStates<acc_t>> chunks(kColumnBlock);
-    RowState<acc_t> state[kColumnBlock];
-    acc_t safe_max[kColumnBlock];
-    for (int64_t task = begin; task < end; ++task) {
-      const int64_t o = task / blocks;
-      const int64_t c0 = (task % blocks) * kColumnBlock;
-      const int64_t nc = std::min(kColumnBlock, inner - c0);
-      const scalar_t* xb = x + o * len * inner + c0;  // xb[j * inner + c]
-      std::fill(chunks.begin(), chunks.begin() + nc, PairwiseStates<acc_t>());
-      if (p.algorithm == SoftmaxAlgorithm::Safe) {
-        std::fill(safe_max, safe_max + nc, -std::numeric_limits<acc_t>::infinity());
-        for (int64_t j = 0; j < len; ++j) {
-          for (int64_t c = 0; c < nc; ++c) safe_max[c] = row_max(safe_max[c], static_cast<acc_t>(xb[j * inner + c]));
-        }
-      }
-      for (int64_t start = 0; start < len; start += kColumnChunk) {
-        const int64_t stop = std::min(len, start + kColumnChunk);
-        if (p.algorithm == SoftmaxAlgorithm::Safe) {
-          for (int64_t c = 0; c < nc; ++c) state[c] = RowState<acc_t>{safe_max[c], 0};
-          for (int64_t j = start; j < stop; ++j) {
-            for (int64_t c = 0; c < nc; ++c) state[c].d += rescale(static_cast<acc_t>(xb[j * inner + c]), state[c].m);
-          }
-        } else {
-          std::fill(state, state + nc, RowState<acc_t>());
-          for (int64_t j = start; j < stop; ++j) {
-            for (int64_t c = 0; c < nc; ++c) push(state[c], static_cast<acc_t>(xb[j * inner + c]));
-          }
-        }
-        for (int64_t c = 0; c < nc; ++c) chunks[c].add(state[c]);
-      }
-      if (p.output == SoftmaxOutput::LogSumExp) {
-        for (int64_t c = 0; c < nc; ++c) {
-          out[o * inner + c0 + c] = static_cast<scalar_t>(Finalizer<acc_t>(chunks[c].total(), p.output).lse());
-        }
-        continue;
-      }
-      std::vector<Finalizer<acc_t>> f;
-      f.reserve(nc);
-      for (int64_t c = 0; c < nc; ++c) f.emplace_back(chunks[c].total(), p.output);
-      scalar_t* ob = out + o * len * inner + c0;
-      for (int64_t j = 0; j < len; ++j) {
-        const scalar_t* xj = xb + j * inner;
-        scalar_t* oj = ob + j * inner;
-        if (p.output == SoftmaxOutput::Softmax) {
-          for (int64_t c = 0; c < nc; ++c) oj[c] = static_cast<scalar_t>(f[c].softmax(static_cast<acc_t>(xj[c])));
-        } else {
-          for (int64_t c = 0; c < nc; ++c) oj[c] = static_cast<scalar_t>(f[c].log_softmax(static_cast<acc_t>(xj[c])));
-        }
-      }
-    }
-  });
-}
-
 }  // namespace
+}  // namespace cpu_softmax
 
 // Called by run_softmax_op with x contiguous and out allocated; p.len >= 1 and p.outer * p.inner >= 1.
 void softmax_cpu(const SoftmaxProblem& p) {
+  if (p.inner != 1) return cpu_softmax::softmax_columns(p);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, p.x.scalar_type(), "flash_attn_ext.softmax_cpu", [&] {
     using acc_t = at::opmath_type<scalar_t>;
-    if (p.inner == 1) {
-      if constexpr (std::is_same_v<acc_t, float>) {
-        softmax_rows_float<scalar_t>(p);
-      } else {
-        softmax_rows<scalar_t, acc_t>(p);
-      }
+    if constexpr (std::is_same_v<acc_t, float>) {
+      cpu_softmax::softmax_rows_float<scalar_t>(p);
     } else {
-      softmax_columns<scalar_t, acc_t>(p);
+      cpu_softmax::softmax_rows<scalar_t, acc_t>(p);
     }
   });
 }

@@ -1,5 +1,5 @@
-// The float chunk loops of the CPU softmax (softmax_cpu_row_math.h), compiled per instruction set.
-#include "softmax/softmax_cpu_row_math.h"
+// The float loops of the CPU softmax (softmax_cpu_math.h), compiled per instruction set.
+#include "softmax/softmax_cpu_math.h"
 
 #include <c10/util/Half.h>
 
@@ -57,6 +57,39 @@ FAE_ALWAYS_INLINE void narrow_bf16_body(const float* x, uint16_t* y, int64_t n) 
   for (int64_t j = 0; j < n; ++j) y[j] = float_to_bf16_bits(x[j]);
 }
 
+// The column loops: rows [0, rows) of a block (row j at x + j * ld), one element per column, m / s / scale /
+// log_d per column. __restrict__: the per-column arrays never alias the rows, and without it the stores may
+// alias every input (no vector loop).
+FAE_ALWAYS_INLINE void max_cols_body(const float* __restrict__ x, int64_t ld, int64_t rows, float* __restrict__ m,
+                                     int64_t n) {
+  for (int64_t j = 0; j < rows; ++j) {
+    for (int64_t c = 0; c < n; ++c) m[c] = nan_max2(m[c], x[j * ld + c]);
+  }
+}
+
+FAE_ALWAYS_INLINE void sum_exp_cols_body(const float* __restrict__ x, int64_t ld, int64_t rows,
+                                         const float* __restrict__ m, float* __restrict__ s, int64_t n) {
+  for (int64_t j = 0; j < rows; ++j) {
+    for (int64_t c = 0; c < n; ++c) s[c] += exp_nonpositive(x[j * ld + c] - m[c]);
+  }
+}
+
+FAE_ALWAYS_INLINE void exp_scale_cols_body(const float* __restrict__ x, int64_t ldx, float* __restrict__ y,
+                                           int64_t ldy, int64_t rows, const float* __restrict__ m,
+                                           const float* __restrict__ scale, int64_t n) {
+  for (int64_t j = 0; j < rows; ++j) {
+    for (int64_t c = 0; c < n; ++c) y[j * ldy + c] = exp_nonpositive(x[j * ldx + c] - m[c]) * scale[c];
+  }
+}
+
+FAE_ALWAYS_INLINE void log_shift_cols_body(const float* __restrict__ x, int64_t ldx, float* __restrict__ y,
+                                           int64_t ldy, int64_t rows, const float* __restrict__ m,
+                                           const float* __restrict__ log_d, int64_t n) {
+  for (int64_t j = 0; j < rows; ++j) {
+    for (int64_t c = 0; c < n; ++c) y[j * ldy + c] = (x[j * ldx + c] - m[c]) - log_d[c];
+  }
+}
+
 // float16 <-> float: the baseline by c10::Half's bit-by-bit conversions; the AVX2 and AVX-512 variants by
 // F16C's, 8 elements an instruction (~20x faster; intrinsics, which must sit in a function whose own target has
 // F16C). Both round to nearest even and keep NaN a NaN.
@@ -89,7 +122,7 @@ FAE_TARGET_AVX2 void narrow_f16_f16c(const float* x, uint16_t* y, int64_t n) {
 
 // Thin wrappers that give each instruction set its own copy of the inlined loops (a target attribute applies
 // to a function, not to a template instantiation); f16: the float16 conversions it uses.
-#define FAE_ROW_MATH_VARIANT(isa, target, f16)                                                               \
+#define FAE_CHUNK_MATH_VARIANT(isa, target, f16)                                                             \
   target float max_of_##isa(const float* x, int64_t n) { return nan_max_of(x, n); }                          \
   target float sum_exp_##isa(const float* x, int64_t n, float m) {                                          \
     return exp_sum_body<false>(x, nullptr, n, m);                                                            \
@@ -106,27 +139,43 @@ FAE_TARGET_AVX2 void narrow_f16_f16c(const float* x, uint16_t* y, int64_t n) {
   }                                                                                                          \
   target void widen_bf16_##isa(const uint16_t* x, float* y, int64_t n) { widen_bf16_body(x, y, n); }          \
   target void narrow_bf16_##isa(const float* x, uint16_t* y, int64_t n) { narrow_bf16_body(x, y, n); }        \
-  constexpr RowMath kRowMath_##isa{max_of_##isa,    sum_exp_##isa,    exp_store_sum_##isa,                  \
-                                   scale_##isa,     exp_scale_##isa,  log_shift_##isa,                      \
-                                   widen_bf16_##isa, narrow_bf16_##isa, widen_f16_##f16,                  \
-                                   narrow_f16_##f16};
+  target void max_cols_##isa(const float* x, int64_t ld, int64_t rows, float* m, int64_t n) {                \
+    max_cols_body(x, ld, rows, m, n);                                                                        \
+  }                                                                                                          \
+  target void sum_exp_cols_##isa(const float* x, int64_t ld, int64_t rows, const float* m, float* s,        \
+                                 int64_t n) {                                                                \
+    sum_exp_cols_body(x, ld, rows, m, s, n);                                                                 \
+  }                                                                                                          \
+  target void exp_scale_cols_##isa(const float* x, int64_t ldx, float* y, int64_t ldy, int64_t rows,        \
+                                   const float* m, const float* scale, int64_t n) {                         \
+    exp_scale_cols_body(x, ldx, y, ldy, rows, m, scale, n);                                                  \
+  }                                                                                                          \
+  target void log_shift_cols_##isa(const float* x, int64_t ldx, float* y, int64_t ldy, int64_t rows,        \
+                                   const float* m, const float* log_d, int64_t n) {                         \
+    log_shift_cols_body(x, ldx, y, ldy, rows, m, log_d, n);                                                  \
+  }                                                                                                          \
+  constexpr ChunkMath kChunkMath_##isa{max_of_##isa,      sum_exp_##isa,       exp_store_sum_##isa,          \
+                                       scale_##isa,       exp_scale_##isa,     log_shift_##isa,              \
+                                       widen_bf16_##isa,  narrow_bf16_##isa,   widen_f16_##f16,              \
+                                       narrow_f16_##f16,  max_cols_##isa,      sum_exp_cols_##isa,           \
+                                       exp_scale_cols_##isa, log_shift_cols_##isa};
 
-FAE_ROW_MATH_VARIANT(generic, , c10)
+FAE_CHUNK_MATH_VARIANT(generic, , c10)
 #ifdef FAE_X86_VARIANTS
-FAE_ROW_MATH_VARIANT(avx2, FAE_TARGET_AVX2, f16c)
-FAE_ROW_MATH_VARIANT(avx512, FAE_TARGET_AVX512, f16c)
+FAE_CHUNK_MATH_VARIANT(avx2, FAE_TARGET_AVX2, f16c)
+FAE_CHUNK_MATH_VARIANT(avx512, FAE_TARGET_AVX512, f16c)
 #endif
-#undef FAE_ROW_MATH_VARIANT
+#undef FAE_CHUNK_MATH_VARIANT
 
 }  // namespace
 
-RowMath row_math_for_cpu() {
+ChunkMath chunk_math_for_cpu() {
   switch (cpu_isa()) {
 #ifdef FAE_X86_VARIANTS
-    case CpuIsa::Avx512: return kRowMath_avx512;
-    case CpuIsa::Avx2: return kRowMath_avx2;
+    case CpuIsa::Avx512: return kChunkMath_avx512;
+    case CpuIsa::Avx2: return kChunkMath_avx2;
 #endif
-    default: return kRowMath_generic;
+    default: return kChunkMath_generic;
   }
 }
 

@@ -1,6 +1,7 @@
 #pragma once
-// The chunk loops of the CPU softmax's float row path (softmax_cpu.cpp): float chunks in, float chunks out,
-// branch-free so that they vectorize, compiled once per x86 instruction set (common/cpu_isa.h).
+// The loops of the CPU softmax's float paths (softmax_cpu.cpp: rows, softmax_cpu_columns.cpp: columns): float
+// chunks in, float chunks out, branch-free so that they vectorize, compiled once per x86 instruction set
+// (common/cpu_isa.h).
 #include <cstdint>
 
 namespace flash_attn_ext {
@@ -8,7 +9,7 @@ namespace flash_attn_ext {
 // Loops over float chunks x[0, n) (y[0, n) their outputs). m is the chunk's or the row's max: finite and >= every
 // x, with no NaN among them (the caller's scalar code takes the rest); exp_scale and log_shift pass a NaN x
 // through as NaN.
-struct RowMath {
+struct ChunkMath {
   float (*max_of)(const float* x, int64_t n);                                   // NaN-propagating max
   float (*sum_exp)(const float* x, int64_t n, float m);                         // sum of exp(x - m)
   float (*exp_store_sum)(const float* x, float* y, int64_t n, float m);         // the same, y = exp(x - m)
@@ -19,9 +20,18 @@ struct RowMath {
   void (*narrow_bf16)(const float* x, uint16_t* y, int64_t n);                  // float -> bfloat16 bits (RNE)
   void (*widen_f16)(const uint16_t* x, float* y, int64_t n);                    // float16 bits -> float
   void (*narrow_f16)(const float* x, uint16_t* y, int64_t n);                   // float -> float16 bits (RNE)
+  // Across a block's columns, one element each: rows [0, rows) of the block, row j at x + j * ld (y + j *
+  // ldy); m / s / scale / log_d hold one value per column.
+  void (*max_cols)(const float* x, int64_t ld, int64_t rows, float* m, int64_t n);  // m = max(m, x), NaN kept
+  void (*sum_exp_cols)(const float* x, int64_t ld, int64_t rows, const float* m, float* s,
+                       int64_t n);  // s += exp(x - m)
+  void (*exp_scale_cols)(const float* x, int64_t ldx, float* y, int64_t ldy, int64_t rows, const float* m,
+                         const float* scale, int64_t n);  // y = exp(x - m) * scale
+  void (*log_shift_cols)(const float* x, int64_t ldx, float* y, int64_t ldy, int64_t rows, const float* m,
+                         const float* log_d, int64_t n);  // y = (x - m) - log_d
 };
 
 // The widest variant this CPU runs (FLASH_ATTN_EXT_CPU_ISA caps it).
-RowMath row_math_for_cpu();
+ChunkMath chunk_math_for_cpu();
 
 }  // namespace flash_attn_ext

@@ -115,34 +115,31 @@ bool column_block_float(const SoftmaxProblem& p, const ChunkMath& math, ColumnBl
       return {w.tile, kColumnBlock};
     }
   };
-  // w.m = the max of rows [start, stop) of every column; false if one is not finite.
-  const auto column_max = [&](int64_t start, int64_t stop) {
-    std::fill(w.m, w.m + nc, -std::numeric_limits<float>::infinity());
-    const auto [t, ld] = rows(start, stop);
-    math.max_cols(t, ld, stop - start, w.m, nc);
-    return std::all_of(w.m, w.m + nc, finite);
-  };
-  const auto add_chunk = [&](int64_t start, int64_t stop) {  // against w.m
+  // The chunk's sums of exp(x - w.m) per column, added to the columns' states.
+  const auto add_chunk = [&](const float* t, int64_t ld, int64_t count) {
     std::fill(w.s, w.s + nc, 0.f);
-    const auto [t, ld] = rows(start, stop);
-    math.sum_exp_cols(t, ld, stop - start, w.m, w.s, nc);
+    math.sum_exp_cols(t, ld, count, w.m, w.s, nc);
     for (int64_t c = 0; c < nc; ++c) w.chunks[c].add(RowState<float>{w.m[c], w.s[c]});
   };
   for (int64_t c = 0; c < nc; ++c) w.chunks[c].reset();
-  if (p.algorithm == SoftmaxAlgorithm::Safe) {
-    std::fill(w.m, w.m + nc, -std::numeric_limits<float>::infinity());
-    for (int64_t start = 0; start < len; start += kColumnChunk) {  // the max over all rows, chunk by chunk
-      const int64_t stop = std::min(len, start + kColumnChunk);
-      const auto [t, ld] = rows(start, stop);
-      math.max_cols(t, ld, stop - start, w.m, nc);
+  const bool online = p.algorithm != SoftmaxAlgorithm::Safe;
+  std::fill(w.m, w.m + nc, -std::numeric_limits<float>::infinity());
+  for (int64_t start = 0; start < len; start += kColumnChunk) {  // online: max and sum of each chunk in turn
+    const int64_t stop = std::min(len, start + kColumnChunk);
+    const auto [t, ld] = rows(start, stop);
+    if (online) std::fill(w.m, w.m + nc, -std::numeric_limits<float>::infinity());
+    math.max_cols(t, ld, stop - start, w.m, nc);
+    if (online) {
+      if (!std::all_of(w.m, w.m + nc, finite)) return false;
+      add_chunk(t, ld, stop - start);
     }
+  }
+  if (!online) {  // safe: the sums against the max over all rows
     if (!std::all_of(w.m, w.m + nc, finite)) return false;
-    for (int64_t start = 0; start < len; start += kColumnChunk) add_chunk(start, std::min(len, start + kColumnChunk));
-  } else {  // online: each chunk's (max, sum) merged into the running state
     for (int64_t start = 0; start < len; start += kColumnChunk) {
       const int64_t stop = std::min(len, start + kColumnChunk);
-      if (!column_max(start, stop)) return false;
-      add_chunk(start, stop);
+      const auto [t, ld] = rows(start, stop);
+      add_chunk(t, ld, stop - start);
     }
   }
   for (int64_t c = 0; c < nc; ++c) {

@@ -43,9 +43,6 @@ struct AttentionCpuTraits {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-// max that propagates NaN (a NaN score or lse must not be mistaken for "no key").
-inline float nan_max(float a, float b) { return (b > a || b != b) ? b : a; }
-
 // O[0, W) = alpha * O[0, W) + sum_j p[j] * V[j, 0, W) for one row of O; the W accumulators live in registers
 // across all n keys (V rows are ldv floats apart).
 constexpr int64_t kWideChunk = 64, kNarrowChunk = 8;  // D is a multiple of 8

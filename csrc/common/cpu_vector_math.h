@@ -58,6 +58,10 @@ FAE_ALWAYS_INLINE float exp_nonpositive(float x) {
   return bit_cast<float>(bit_cast<int32_t>((y * pow2n_64) * 0x1p-64f) & ~below);
 }
 
+// Max that propagates NaN, for scalar code (a NaN score or lse must not be mistaken for "no key"; a NaN chunk
+// max must reach the row's).
+inline float nan_max(float a, float b) { return (b > a || b != b) ? b : a; }
+
 // Order keys for a NaN-propagating max in integer arithmetic (float compares keep a loop scalar): flipping the
 // magnitude bits of negative floats makes their bit patterns order like the values as int32; NaN (of either
 // sign) maps above every number, and back to a NaN.

@@ -10,8 +10,6 @@
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
-#include <c10/util/BFloat16.h>
-#include <c10/util/Half.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -20,6 +18,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "common/cpu_vector_math.h"
 #include "softmax/softmax_cpu_math.h"
 #include "softmax/softmax_cpu_state.h"
 #include "softmax/softmax_problem.h"
@@ -109,8 +108,7 @@ void softmax_rows_float(const SoftmaxProblem& p) {
         if constexpr (kInPlace) {
           return xr + start;
         } else {
-          const auto* bits = reinterpret_cast<const uint16_t*>(xr + start);
-          (std::is_same_v<scalar_t, c10::BFloat16> ? math.widen_bf16 : math.widen_f16)(bits, in_buf, n);
+          math.widen(xr + start, in_buf, n);
           return in_buf;
         }
       };
@@ -127,7 +125,7 @@ void softmax_rows_float(const SoftmaxProblem& p) {
         for (int64_t start = 0; start < len; start += kRowChunk) {
           const int64_t n = std::min(kRowChunk, len - start);
           const float cm = math.max_of(chunk(start, n), n);
-          m = (cm > m || cm != cm) ? cm : m;
+          m = nan_max(m, cm);
         }
         if (!finite(m)) {
           chunks.add(reduce_row<scalar_t, float>(xr, len, p.algorithm));
@@ -166,10 +164,7 @@ void softmax_rows_float(const SoftmaxProblem& p) {
         } else {
           math.exp_scale(chunk(start, n), o, n, f.m, f.inv_d);
         }
-        if constexpr (!kInPlace) {
-          auto* bits = reinterpret_cast<uint16_t*>(outr + start);
-          (std::is_same_v<scalar_t, c10::BFloat16> ? math.narrow_bf16 : math.narrow_f16)(o, bits, n);
-        }
+        if constexpr (!kInPlace) math.narrow(o, outr + start, n);
       }
     }
   });

@@ -10,8 +10,6 @@
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
-#include <c10/util/BFloat16.h>
-#include <c10/util/Half.h>
 
 #include <algorithm>
 #include <cmath>
@@ -108,10 +106,7 @@ bool column_block_float(const SoftmaxProblem& p, const ChunkMath& math, ColumnBl
     if constexpr (kInPlace) {
       return {xb + start * inner, inner};
     } else {
-      const auto widen = std::is_same_v<scalar_t, c10::BFloat16> ? math.widen_bf16 : math.widen_f16;
-      for (int64_t j = start; j < stop; ++j) {
-        widen(reinterpret_cast<const uint16_t*>(xb + j * inner), w.tile + (j - start) * kColumnBlock, nc);
-      }
+      for (int64_t j = start; j < stop; ++j) math.widen(xb + j * inner, w.tile + (j - start) * kColumnBlock, nc);
       return {w.tile, kColumnBlock};
     }
   };
@@ -158,10 +153,7 @@ bool column_block_float(const SoftmaxProblem& p, const ChunkMath& math, ColumnBl
       cols(t, ld, ob + start * inner, inner, stop - start, w.m, w.scale, nc);
     } else {  // into the output tile, then narrowed row by row
       cols(t, ld, w.out_tile, kColumnBlock, stop - start, w.m, w.scale, nc);
-      const auto narrow = std::is_same_v<scalar_t, c10::BFloat16> ? math.narrow_bf16 : math.narrow_f16;
-      for (int64_t j = start; j < stop; ++j) {
-        narrow(w.out_tile + (j - start) * kColumnBlock, reinterpret_cast<uint16_t*>(ob + j * inner), nc);
-      }
+      for (int64_t j = start; j < stop; ++j) math.narrow(w.out_tile + (j - start) * kColumnBlock, ob + j * inner, nc);
     }
   }
   return true;

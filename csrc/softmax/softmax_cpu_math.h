@@ -2,7 +2,10 @@
 // The loops of the CPU softmax's float paths (softmax_cpu.cpp: rows, softmax_cpu_columns.cpp: columns): float
 // chunks in, float chunks out, branch-free so that they vectorize, compiled once per x86 instruction set
 // (common/cpu_isa.h).
+#include <c10/util/BFloat16.h>
+
 #include <cstdint>
+#include <type_traits>
 
 namespace flash_attn_ext {
 
@@ -29,6 +32,14 @@ struct ChunkMath {
                          const float* scale, int64_t n);  // y = exp(x - m) * scale
   void (*log_shift_cols)(const float* x, int64_t ldx, float* y, int64_t ldy, int64_t rows, const float* m,
                          const float* log_d, int64_t n);  // y = (x - m) - log_d
+
+  // x[0, n) of a 16-bit type (c10::BFloat16 or c10::Half) to floats and back, by the type's conversions.
+  template <typename T> void widen(const T* x, float* y, int64_t n) const {
+    (std::is_same_v<T, c10::BFloat16> ? widen_bf16 : widen_f16)(reinterpret_cast<const uint16_t*>(x), y, n);
+  }
+  template <typename T> void narrow(const float* x, T* y, int64_t n) const {
+    (std::is_same_v<T, c10::BFloat16> ? narrow_bf16 : narrow_f16)(x, reinterpret_cast<uint16_t*>(y), n);
+  }
 };
 
 // The widest variant this CPU runs (FLASH_ATTN_EXT_CPU_ISA caps it).

@@ -58,7 +58,7 @@ __global__ void __launch_bounds__(kColumnThreads) softmax_columns_kernel(const C
         const int64_t k = k0 + static_cast<int64_t>(u) * ty;
         v[0][u] = k < len ? A(to_acc(__ldg(x + k * p.inner))) : neg_inf<A>();
       }
-      if (p.online) fold(state, v);
+      if (p.online) fold<T>(state, v);
       else mx = amax(mx, max_of(v));
     }
     OnlineState<A> col_state;

@@ -222,7 +222,7 @@ template <typename T> int stream_steps_per_chunk(int64_t len) {
 //  4. streaming          everything left: "safe" 3 passes, "online" 2 passes, logsumexp 1 pass + finalize.
 // Before 2b and 3, on sm_90+: "auto", aligned rows beyond 512 threads take the dual-role kernel (0a.) for
 // fp32 rows too long for one ring, else the pipelined kernel (0.), whole or split into chunks (pipe_chunks),
-// one or two blocks per SM.
+// one or two blocks per SM; logsumexp there takes the streaming reduce (4.) instead.
 // FAE_SOFTMAX_CONFIG (softmax_plan.h) replaces this choice for benchmarks.
 template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const RowsShape& s) {
   using Traits = RowsTraits<T>;
@@ -262,6 +262,15 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
   //     56.0-56.7 vs 60.8-61.9, 512x131072 110 vs 118-120, fp16 alike. 16-bit whole rows stay pipelined
   //     (2048x65536 219 vs 200 with 16 loads in flight), and fp64 rows (its dual kernel spills; not timed).
   if (auto_alg && s.pipe && threads > kSplitThreads) {
+    // logsumexp keeps nothing for a store pass, so nothing need stay on chip: the streaming reduce (many
+    // small blocks, all of the SM's warps folding) beat the pipelined and dual kernels (one block of 4-8
+    // folding warps per ring) on every long row the H100 probe timed (NOTES "s32": bf16 8x4194304 38.1 ->
+    // 31.5 us, 128x262144 36.3 -> 31.5, fp32 8x4194304 62.3 -> 53.7).
+    if (p.output == SoftmaxOutput::LogSumExp) {
+      plan.kind = RowsKind::Stream;
+      plan.steps = stream_steps_per_chunk<T>(s.len);
+      return plan;
+    }
     const int chunks_one = pipe_chunks<T>(s, 1);
     const bool few_long_rows = chunks_one > 1 && s.rows * 8 <= s.sms;
     const bool whole_rows_one_per_sm = chunks_one == 1 && s.rows >= s.sms && pipe_chunks<T>(s, 2) > 1;

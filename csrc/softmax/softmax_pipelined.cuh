@@ -69,8 +69,8 @@ template <typename T> struct Producer {
 constexpr int kPipeGroup = 4;
 
 // Folds vectors j, j + nt, ..., j + (kPipeGroup - 1) * nt of `piece` (those below n; the rest read as -inf)
-// into the thread's state (m, d), d = sum of exp(x - m) (16-bit: by FusedExp2): one max and one rescale per
-// group, kPipeGroup independent partial sums.
+// into the thread's state (m, d) by fold (online_math.cuh): one max and one rescale per group, kPipeGroup
+// independent partial sums.
 template <typename T>
 __device__ __forceinline__ void fold_group(OnlineState<acc_t<T>>& st, const uint4* piece, int j, int nt, int n) {
   using A = acc_t<T>;
@@ -85,26 +85,7 @@ __device__ __forceinline__ void fold_group(OnlineState<acc_t<T>>& st, const uint
       for (int e = 0; e < kVec; ++e) w[g][e] = neg_inf<A>();
     }
   }
-  const A m = amax(st.m, max_of(w));
-  const auto sum_of = [&](const auto& e, A first) {  // first: d[0]'s start
-    A d[kPipeGroup];
-#pragma unroll
-    for (int g = 0; g < kPipeGroup; ++g) {
-      d[g] = g == 0 ? first : A(0);
-#pragma unroll
-      for (int i = 0; i < kVec; ++i) d[g] += e(w[g][i]);
-    }
-#pragma unroll
-    for (int g = 1; g < kPipeGroup; ++g) d[0] += d[g];
-    return d[0];
-  };
-  const A carried = st.d * rescale(st.m, m);
-  if constexpr (kFastExp<T>) {
-    const FusedExp2 e = FusedExp2::at<T>(m);
-    st = {m, fmaf(sum_of(e, A(0)), e.correction, carried)};
-  } else {
-    st = {m, sum_of(ShiftedExp<A, false>(m), carried)};
-  }
+  fold<T>(st, w);
 }
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

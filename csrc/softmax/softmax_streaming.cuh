@@ -71,7 +71,7 @@ __global__ void __launch_bounds__(kStreamThreads) softmax_stream_reduce_kernel(c
       } else if (p.pass == StreamPass::SumAtMax) {
         sum += sum_rescaled<kFastExp<T>>(v, row_max, false);
       } else {
-        fold(state, v);
+        fold<T>(state, v);
       }
     }
 

@@ -1,0 +1,284 @@
+// logsumexp probe (benchmarks/NOTES.md, "s32"): long rows read once and reduced to (m, d) partials per chunk,
+// then merged by the library's finalize kernel. The library's streaming reduce kernel against variants that
+// fold a group of vectors with one max and one rescale (16-bit: FusedExp2, one FFMA and one ex2 per element;
+// the library's `fold` pays a compare, a select and an accurate expf per element), with more vectors in
+// flight per thread, and on a grid sized to the resident blocks with items of equal size; and a read-only
+// kernel of the same shape (no exponentials) as the ceiling.
+// Two timings: cold (a 256 MiB read before each call, events around it, median) and stream (30 calls back to
+// back over 3 rotating inputs, time per call).
+// Build and run from the repository root (sm_90):
+//   nvcc -O3 -std=c++17 --expt-relaxed-constexpr -arch=sm_90a -I csrc -o /tmp/lse_probe scripts/lse_probe/lse_probe.cu && /tmp/lse_probe
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "softmax/softmax_streaming.cuh"
+#include "../probe_check.h"
+
+using namespace flash_attn_ext;
+using namespace flash_attn_ext::softmax;
+
+// One item = (row, chunk) of chunk_elems elements; blocks walk items grid-stride. Each step a thread loads
+// kU 16-byte vectors (j, j + 256, ...) of the step, then folds them with one max and one rescale.
+// Max of kU raw bf16 vectors on packed pairs (HMNMX2: one instruction per two elements, no floats live; like
+// fmaxf it ignores NaN).
+template <int kU> __device__ __forceinline__ float packed_max(const uint4 (&raw)[kU]) {
+  __nv_bfloat162 m = bit_cast<__nv_bfloat162>(raw[0].x);
+#pragma unroll
+  for (int u = 0; u < kU; ++u) {
+    const unsigned w[4] = {raw[u].x, raw[u].y, raw[u].z, raw[u].w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) m = __hmax2(m, bit_cast<__nv_bfloat162>(w[i]));
+  }
+  return fmaxf(__low2float(m), __high2float(m));
+}
+
+template <typename T, int kU, bool kReadOnly, bool kPackedMax = false>
+__global__ void __launch_bounds__(256) lse_reduce_kernel(const StreamParams<T> p) {
+  using A = acc_t<T>;
+  constexpr int kVec = 16 / static_cast<int>(sizeof(T));
+  constexpr int kStep = 256 * kU * kVec;
+  constexpr unsigned kPad = sizeof(T) == 4 ? 0xff800000u : 0xff80ff80u;  // -inf
+  __shared__ OnlineState<A> s_state[32];
+  const int64_t items = p.rows * p.chunks;
+  for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
+    const RowChunk chunk(item, p.chunks, p.chunk_elems, p.len);
+    const T* x = p.x + chunk.row * p.len;
+    OnlineState<A> st = empty_state<A>();
+    unsigned bits = 0;
+    for (int64_t g = chunk.begin; g < chunk.end; g += kStep) {
+      uint4 raw[kU];
+      const int64_t base = g + int64_t(threadIdx.x) * kVec;
+#pragma unroll
+      for (int u = 0; u < kU; ++u) {
+        const int64_t at = base + int64_t(u) * 256 * kVec;
+        raw[u] = at < chunk.end ? load16(x + at) : make_uint4(kPad, kPad, kPad, kPad);
+      }
+      if constexpr (kReadOnly) {
+#pragma unroll
+        for (int u = 0; u < kU; ++u) bits ^= raw[u].x ^ raw[u].y ^ raw[u].z ^ raw[u].w;
+      } else {
+        A m = st.m;
+        if constexpr (kPackedMax) {
+          m = amax(m, packed_max(raw));
+        } else {
+          A w[kU][kVec];
+#pragma unroll
+          for (int u = 0; u < kU; ++u) VecIO<T>::unpack(raw[u], w[u]);
+          m = amax(m, max_of(w));
+        }
+        const A carried = st.d * rescale(st.m, m);
+        A d[4] = {A(0), A(0), A(0), A(0)};
+        if constexpr (sizeof(T) == 2) {
+          const FusedExp2 e = FusedExp2::at<T>(m);
+#pragma unroll
+          for (int u = 0; u < kU; ++u) {
+            A w[kVec];
+            VecIO<T>::unpack(raw[u], w);
+#pragma unroll
+            for (int i = 0; i < kVec; ++i) d[u % 4] += e(w[i]);
+          }
+          st = {m, fmaf((d[0] + d[1]) + (d[2] + d[3]), e.correction, carried)};
+        } else {
+          const ShiftedExp<A, false> e(m);
+#pragma unroll
+          for (int u = 0; u < kU; ++u) {
+            A w[kVec];
+            VecIO<T>::unpack(raw[u], w);
+#pragma unroll
+            for (int i = 0; i < kVec; ++i) d[u % 4] += e(w[i]);
+          }
+          st = {m, carried + ((d[0] + d[1]) + (d[2] + d[3]))};
+        }
+      }
+    }
+    if constexpr (kReadOnly) {
+      if (bits == 0x9e3779b9u) p.part_m[item] = 1.f;  // keeps the loads
+    } else {
+      st = block_allreduce(st, MergeOp{}, empty_state<A>(), s_state);
+      if (threadIdx.x == 0) {
+        p.part_m[item] = st.m;
+        p.part_d[item] = st.d;
+      }
+    }
+    __syncthreads();
+  }
+}
+
+__global__ void flush_kernel(const uint4* buf, size_t n, unsigned* sink) {
+  unsigned acc = 0;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    acc ^= buf[i].x;
+  if (acc == 0x12345678u) *sink = acc;
+}
+
+struct Bench {
+  const uint4* flush_buf;
+  size_t flush_n;
+  unsigned* sink;
+  cudaEvent_t a, b;
+  Bench() {
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
+  }
+  template <class F> float cold(F&& f, int reps) {
+    std::vector<float> ts;
+    for (int r = 0; r < reps + 3; ++r) {
+      flush_kernel<<<132 * 4, 512>>>(flush_buf, flush_n, sink);
+      CK(cudaEventRecord(a));
+      f(0);
+      CK(cudaEventRecord(b));
+      CK(cudaEventSynchronize(b));
+      float ms;
+      CK(cudaEventElapsedTime(&ms, a, b));
+      if (r >= 3) ts.push_back(ms * 1000.f);
+    }
+    std::sort(ts.begin(), ts.end());
+    return ts[ts.size() / 2];
+  }
+  template <class F> float stream(F&& f, int calls, int rounds) {
+    std::vector<float> ts;
+    for (int r = 0; r < rounds + 1; ++r) {
+      CK(cudaEventRecord(a));
+      for (int i = 0; i < calls; ++i) f(i);
+      CK(cudaEventRecord(b));
+      CK(cudaEventSynchronize(b));
+      float ms;
+      CK(cudaEventElapsedTime(&ms, a, b));
+      if (r >= 1) ts.push_back(ms * 1000.f / calls);
+    }
+    std::sort(ts.begin(), ts.end());
+    return ts[ts.size() / 2];
+  }
+};
+
+float to_float(float v) { return v; }
+float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <typename T> void run_shape(Bench& bench, int sms, int64_t rows, int64_t len) {
+  using A = acc_t<T>;
+  constexpr int kVec = 16 / static_cast<int>(sizeof(T));
+  constexpr int kInputs = 3;
+  const size_t bytes = size_t(rows * len) * sizeof(T);
+  T* x[kInputs];
+  for (int i = 0; i < kInputs; ++i) CK(cudaMalloc(&x[i], bytes));
+  T* y;
+  CK(cudaMalloc(&y, rows * sizeof(T)));
+  const int64_t max_items = int64_t(sms) * 64 + rows * 4096;
+  A* part;
+  CK(cudaMalloc(&part, 2 * max_items * sizeof(A)));
+  std::vector<T> hx(rows * len);
+  srand(7);
+  for (auto& v : hx) v = T(float(rand()) / RAND_MAX * 8.f - 4.f);
+  for (int i = 0; i < kInputs; ++i) CK(cudaMemcpy(x[i], hx.data(), bytes, cudaMemcpyHostToDevice));
+  std::vector<double> ref(rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    double m = -INFINITY, s = 0;
+    for (int64_t e = 0; e < len; ++e) m = std::max(m, double(to_float(hx[r * len + e])));
+    for (int64_t e = 0; e < len; ++e) s += std::exp(double(to_float(hx[r * len + e])) - m);
+    ref[r] = m + std::log(s);
+  }
+  const double floor_us = double(bytes) / 3008e3;  // read only, at the copy's rate
+  std::printf("%s %lldx%lld  (read %.1f MB; at 3008 GB/s %.1f us)\n", sizeof(T) == 4 ? "fp32" : "bf16",
+              (long long)rows, (long long)len, bytes / 1e6, floor_us);
+
+  // kernel: the reduce kernel; chunk_elems; grid (0: one block per item); finalize
+  auto run = [&](const std::string& name, void (*kernel)(const StreamParams<T>), int64_t chunk_elems, int grid,
+                 bool finalize) {
+    const int chunks = static_cast<int>((len + chunk_elems - 1) / chunk_elems);
+    StreamParams<T> sp{x[0], y, rows, len, chunk_elems, chunks, StreamPass::State, true, SoftmaxOutput::LogSumExp,
+                       part, part + rows * chunks};
+    if (rows * chunks > max_items) {
+      std::printf("  %-44s skipped (%lld items)\n", name.c_str(), (long long)(rows * chunks));
+      return;
+    }
+    const int g = grid > 0 ? grid : static_cast<int>(rows * chunks);
+    auto call = [&](int i) {
+      sp.x = x[i % kInputs];
+      kernel<<<g, 256>>>(sp);
+      CK(cudaGetLastError());
+      if (finalize) {
+        logsumexp_stream_finalize_kernel<T><<<static_cast<int>((rows + 7) / 8), 256>>>(sp);
+        CK(cudaGetLastError());
+      }
+    };
+    if (finalize) {
+      CK(cudaMemset(y, 0xff, rows * sizeof(T)));
+      call(0);
+      CK(cudaDeviceSynchronize());
+      std::vector<T> hy(rows);
+      CK(cudaMemcpy(hy.data(), y, rows * sizeof(T), cudaMemcpyDeviceToHost));
+      double worst = 0;
+      for (int64_t r = 0; r < rows; ++r) worst = std::max(worst, std::fabs(double(to_float(hy[r])) - ref[r]) / std::fabs(ref[r]));
+      if (!(worst <= (sizeof(T) == 4 ? 1e-6 : 8e-3))) std::printf("    %s: max rel err %.3g  WRONG\n", name.c_str(), worst);
+    }
+    const float c = bench.cold(call, 30), s = bench.stream(call, 30, 5);
+    std::printf("  %-44s %5d items grid %5d  cold %7.2f us %5.1f %%   stream %7.2f us %5.1f %%\n", name.c_str(),
+                int(rows * chunks), g, c, 100 * floor_us / c, s, 100 * floor_us / s);
+  };
+  const int64_t step4 = 256 * 4 * kVec;  // the library's step (kStreamUnroll = 4)
+  const int lib_steps = std::max<int64_t>(4, ((len + step4 - 1) / step4 + 1023) / 1024);
+  run("library stream reduce, steps " + std::to_string(lib_steps), softmax_stream_reduce_kernel<T, true>,
+      lib_steps * step4, 0, true);
+  run("library stream reduce, steps 16", softmax_stream_reduce_kernel<T, true>, 16 * step4, 0, true);
+  run("group fold U4, steps 4", lse_reduce_kernel<T, 4, false>, 4 * step4, 0, true);
+  run("group fold U8, steps 2", lse_reduce_kernel<T, 8, false>, 4 * step4, 0, true);
+  run("group fold U8, steps 4", lse_reduce_kernel<T, 8, false>, 8 * step4, 0, true);
+  run("group fold U8, steps 8", lse_reduce_kernel<T, 8, false>, 16 * step4, 0, true);
+  run("group fold U16, steps 2", lse_reduce_kernel<T, 16, false>, 8 * step4, 0, true);
+  if constexpr (sizeof(T) == 2) {
+    run("packed max U8, steps 2", lse_reduce_kernel<T, 8, false, true>, 4 * step4, 0, true);
+    run("packed max U8, steps 4", lse_reduce_kernel<T, 8, false, true>, 8 * step4, 0, true);
+    run("packed max U16, steps 2", lse_reduce_kernel<T, 16, false, true>, 8 * step4, 0, true);
+  }
+  // Resident grid, items of equal size: about 4 items per block.
+  struct Resident {
+    void (*kernel)(const StreamParams<T>);
+    const char* label;
+  };
+  for (const Resident& v : {Resident{lse_reduce_kernel<T, 4, false>, "U4"}, Resident{lse_reduce_kernel<T, 8, false>, "U8"},
+                            Resident{lse_reduce_kernel<T, 8, false, sizeof(T) == 2>, "U8 packed max"}}) {
+    int per_sm = 0;
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, v.kernel, 256, 0));
+    const int grid = per_sm * sms;
+    for (int per_block : {2, 4, 8}) {
+      const int64_t chunks = std::max<int64_t>(1, (int64_t(per_block) * grid + rows - 1) / rows);
+      int64_t ce = (len + chunks - 1) / chunks;
+      ce = (ce + 128 / sizeof(T) - 1) / (128 / sizeof(T)) * (128 / sizeof(T));
+      run(std::string("group fold ") + v.label + ", resident " + std::to_string(per_sm) + "/SM, ~" +
+              std::to_string(per_block) + " items/block",
+          v.kernel, ce, grid, true);
+    }
+  }
+  run("read only U8, steps 4 (no finalize)", lse_reduce_kernel<T, 8, true>, 8 * step4, 0, false);
+  for (int i = 0; i < kInputs; ++i) CK(cudaFree(x[i]));
+  CK(cudaFree(y));
+  CK(cudaFree(part));
+}
+
+int main() {
+  int sms = 0;
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  Bench bench;
+  const size_t flush_n = (256ull << 20) / 16;
+  uint4* fl;
+  CK(cudaMalloc(&fl, flush_n * 16));
+  CK(cudaMemset(fl, 1, flush_n * 16));
+  unsigned* sink;
+  CK(cudaMalloc(&sink, 4));
+  bench.flush_buf = fl;
+  bench.flush_n = flush_n;
+  bench.sink = sink;
+  for (auto [rows, len] : {std::pair<int64_t, int64_t>{8, 4194304}, {128, 262144}, {1024, 32768}, {4096, 4096}}) {
+    run_shape<float>(bench, sms, rows, len);
+    run_shape<__nv_bfloat16>(bench, sms, rows, len);
+  }
+  return 0;
+}

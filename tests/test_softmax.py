@@ -242,9 +242,10 @@ def assert_special_match(out, baseline, ref, what):
 
 
 # Odd lengths reach the scalar paths; 128 and 1024 the vectorized warp-per-row instantiations (16-byte rows),
-# including the one specialized for softmax with the safe reduction (softmax_rows.cuh).
+# including the one specialized for softmax with the safe reduction (softmax_rows.cuh); 40000 the long-row
+# kernels "auto" picks on the GPU (sm_90: pipelined or dual for softmax, the streaming reduce for logsumexp).
 @pytest.mark.parametrize("layout", ["rows", "columns"])
-@pytest.mark.parametrize("length", [1, 7, 97, 128, 1024, 1025, 4097])
+@pytest.mark.parametrize("length", [1, 7, 97, 128, 1024, 1025, 4097, 40_000])
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("device", DEVICES)
@@ -604,7 +605,8 @@ print("checked")
 @pytest.mark.cuda
 @requires_cuda
 @pytest.mark.parametrize("config", ["kind=pipe", "kind=pipe,chunks=3,threads=256", "kind=pipe,chunks=7,threads=512",
-                                    "kind=pipe,bpsm=2,chunks=4", "kind=dual", "kind=dual,chunks=5"])
+                                    "kind=pipe,bpsm=2,chunks=4", "kind=dual", "kind=dual,chunks=5", "kind=stream",
+                                    "kind=stream,steps=1"])
 def test_forced_configs_cuda(config):
     # FAE_SOFTMAX_CONFIG (the tuning hook) is read once per process: each configuration runs in a child that
     # checks every op, on short and long rows split into the configuration's chunks (or whole rows); with

@@ -24,6 +24,7 @@
 
 #include "softmax/softmax_pipelined.cuh"
 #include "../probe_check.h"
+#include "../probe_timing.h"
 
 using namespace flash_attn_ext;
 using namespace flash_attn_ext::softmax;
@@ -118,56 +119,6 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) held_rows_kernel(const
   }
 #endif
 }
-
-__global__ void flush_kernel(const uint4* buf, size_t n, unsigned* sink) {
-  unsigned acc = 0;
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
-    acc ^= buf[i].x;
-  if (acc == 0x12345678u) *sink = acc;
-}
-
-struct Bench {
-  const uint4* flush_buf;
-  size_t flush_n;
-  unsigned* sink;
-  cudaEvent_t a[64], b[64];
-  Bench() {
-    for (int i = 0; i < 64; ++i) {
-      CK(cudaEventCreate(&a[i]));
-      CK(cudaEventCreate(&b[i]));
-    }
-  }
-  // f(i): a call on buffer pair i % pairs
-  template <class F> float cold(F&& f, int reps) {
-    std::vector<float> ts;
-    for (int r = 0; r < reps + 3; ++r) {
-      flush_kernel<<<132 * 4, 512>>>(flush_buf, flush_n, sink);
-      CK(cudaEventRecord(a[0]));
-      f(0);
-      CK(cudaEventRecord(b[0]));
-      CK(cudaEventSynchronize(b[0]));
-      float ms;
-      CK(cudaEventElapsedTime(&ms, a[0], b[0]));
-      if (r >= 3) ts.push_back(ms * 1000.f);
-    }
-    std::sort(ts.begin(), ts.end());
-    return ts[ts.size() / 2];
-  }
-  template <class F> float stream(F&& f, int calls, int rounds) {
-    std::vector<float> ts;
-    for (int r = 0; r < rounds + 1; ++r) {
-      CK(cudaEventRecord(a[0]));
-      for (int i = 0; i < calls; ++i) f(i);
-      CK(cudaEventRecord(b[0]));
-      CK(cudaEventSynchronize(b[0]));
-      float ms;
-      CK(cudaEventElapsedTime(&ms, a[0], b[0]));
-      if (r >= 1) ts.push_back(ms * 1000.f / calls);
-    }
-    std::sort(ts.begin(), ts.end());
-    return ts[ts.size() / 2];
-  }
-};
 
 struct Config {
   std::string name;
@@ -266,13 +217,6 @@ int main() {
   int sms;
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   Bench bench;
-  const size_t flush_n = (256ull << 20) / 16;
-  uint4* fl;
-  CK(cudaMalloc(&fl, flush_n * 16));
-  CK(cudaMemset(fl, 1, flush_n * 16));
-  CK(cudaMalloc(&bench.sink, 4));
-  bench.flush_buf = fl;
-  bench.flush_n = flush_n;
   if (const char* sweep = std::getenv("PROBE_LENGTHS"); sweep && sweep[0] == '1') {
     // row lengths of 1, 2, 3, 4 and 8 pieces (16 to 128 KB), 32-256 MiB of input
     run_shape(bench, 8192, 8192, plans<1>(sms));

@@ -21,6 +21,7 @@
 
 #include "softmax/softmax_streaming.cuh"
 #include "../probe_check.h"
+#include "../probe_timing.h"
 
 using namespace flash_attn_ext;
 using namespace flash_attn_ext::softmax;
@@ -75,27 +76,22 @@ __global__ void __launch_bounds__(256) lse_reduce_kernel(const StreamParams<T> p
           m = amax(m, max_of(w));
         }
         const A carried = st.d * rescale(st.m, m);
-        A d[4] = {A(0), A(0), A(0), A(0)};
+        const auto sum_terms = [&](const auto& e) {  // four independent partial sums
+          A d[4] = {A(0), A(0), A(0), A(0)};
+#pragma unroll
+          for (int u = 0; u < kU; ++u) {
+            A w[kVec];
+            VecIO<T>::unpack(raw[u], w);
+#pragma unroll
+            for (int i = 0; i < kVec; ++i) d[u % 4] += e(w[i]);
+          }
+          return (d[0] + d[1]) + (d[2] + d[3]);
+        };
         if constexpr (sizeof(T) == 2) {
           const FusedExp2 e = FusedExp2::at<T>(m);
-#pragma unroll
-          for (int u = 0; u < kU; ++u) {
-            A w[kVec];
-            VecIO<T>::unpack(raw[u], w);
-#pragma unroll
-            for (int i = 0; i < kVec; ++i) d[u % 4] += e(w[i]);
-          }
-          st = {m, fmaf((d[0] + d[1]) + (d[2] + d[3]), e.correction, carried)};
+          st = {m, fmaf(sum_terms(e), e.correction, carried)};
         } else {
-          const ShiftedExp<A, false> e(m);
-#pragma unroll
-          for (int u = 0; u < kU; ++u) {
-            A w[kVec];
-            VecIO<T>::unpack(raw[u], w);
-#pragma unroll
-            for (int i = 0; i < kVec; ++i) d[u % 4] += e(w[i]);
-          }
-          st = {m, carried + ((d[0] + d[1]) + (d[2] + d[3]))};
+          st = {m, carried + sum_terms(ShiftedExp<A, false>(m))};
         }
       }
     }
@@ -111,53 +107,6 @@ __global__ void __launch_bounds__(256) lse_reduce_kernel(const StreamParams<T> p
     __syncthreads();
   }
 }
-
-__global__ void flush_kernel(const uint4* buf, size_t n, unsigned* sink) {
-  unsigned acc = 0;
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
-    acc ^= buf[i].x;
-  if (acc == 0x12345678u) *sink = acc;
-}
-
-struct Bench {
-  const uint4* flush_buf;
-  size_t flush_n;
-  unsigned* sink;
-  cudaEvent_t a, b;
-  Bench() {
-    CK(cudaEventCreate(&a));
-    CK(cudaEventCreate(&b));
-  }
-  template <class F> float cold(F&& f, int reps) {
-    std::vector<float> ts;
-    for (int r = 0; r < reps + 3; ++r) {
-      flush_kernel<<<132 * 4, 512>>>(flush_buf, flush_n, sink);
-      CK(cudaEventRecord(a));
-      f(0);
-      CK(cudaEventRecord(b));
-      CK(cudaEventSynchronize(b));
-      float ms;
-      CK(cudaEventElapsedTime(&ms, a, b));
-      if (r >= 3) ts.push_back(ms * 1000.f);
-    }
-    std::sort(ts.begin(), ts.end());
-    return ts[ts.size() / 2];
-  }
-  template <class F> float stream(F&& f, int calls, int rounds) {
-    std::vector<float> ts;
-    for (int r = 0; r < rounds + 1; ++r) {
-      CK(cudaEventRecord(a));
-      for (int i = 0; i < calls; ++i) f(i);
-      CK(cudaEventRecord(b));
-      CK(cudaEventSynchronize(b));
-      float ms;
-      CK(cudaEventElapsedTime(&ms, a, b));
-      if (r >= 1) ts.push_back(ms * 1000.f / calls);
-    }
-    std::sort(ts.begin(), ts.end());
-    return ts[ts.size() / 2];
-  }
-};
 
 float to_float(float v) { return v; }
 float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
@@ -267,15 +216,6 @@ int main() {
   int sms = 0;
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   Bench bench;
-  const size_t flush_n = (256ull << 20) / 16;
-  uint4* fl;
-  CK(cudaMalloc(&fl, flush_n * 16));
-  CK(cudaMemset(fl, 1, flush_n * 16));
-  unsigned* sink;
-  CK(cudaMalloc(&sink, 4));
-  bench.flush_buf = fl;
-  bench.flush_n = flush_n;
-  bench.sink = sink;
   for (auto [rows, len] : {std::pair<int64_t, int64_t>{8, 4194304}, {128, 262144}, {1024, 32768}, {4096, 4096}}) {
     run_shape<float>(bench, sms, rows, len);
     run_shape<__nv_bfloat16>(bench, sms, rows, len);

@@ -263,9 +263,10 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
   //     (2048x65536 219 vs 200 with 16 loads in flight), and fp64 rows (its dual kernel spills; not timed).
   if (auto_alg && s.pipe && threads > kSplitThreads) {
     // logsumexp keeps nothing for a store pass, so nothing need stay on chip: the streaming reduce (many
-    // small blocks, all of the SM's warps folding) beat the pipelined and dual kernels (one block of 4-8
-    // folding warps per ring) on every long row the H100 probe timed (NOTES "s32": bf16 8x4194304 38.1 ->
-    // 31.5 us, 128x262144 36.3 -> 31.5, fp32 8x4194304 62.3 -> 53.7).
+    // small blocks, all of the SM's warps folding) against the best of the pipelined and dual plans (one
+    // block of 4-8 folding warps per ring), H100 sweep through the op, cold (NOTES "22a594a"): bf16
+    // 8x4194304 31.9 vs 37.5 us, 128x262144 31.7 vs 36.0, 1024x32768 31.8 vs 34.0; fp32 8x4194304 54.2 vs
+    // 61.8, 128x262144 53.8 vs 60.3, 1024x32768 53.9 vs 53.7 (the one tie).
     if (p.output == SoftmaxOutput::LogSumExp) {
       plan.kind = RowsKind::Stream;
       plan.steps = stream_steps_per_chunk<T>(s.len);

@@ -209,7 +209,8 @@ template <typename T> int stream_steps_per_chunk(int64_t len) {
 // The whole kernel choice. Rows (inner == 1), with nv = len / kVec 16-byte vectors per row:
 //  1. warp-per-row       nv <= 32 * kMaxVpt (1024 fp32 / fp16 / bf16 elements, 512 doubles), any algorithm;
 //                        aligned rows get >= 2 vectors per lane where the row has them (teams of < 32 lanes
-//                        for short rows; on the H100 sweep 2 beat 4 for 128-element bf16 rows);
+//                        for short rows; on the H100 sweep 2 beat 4 for 128-element bf16 rows), logsumexp
+//                        >= 4;
 //  2. block-per-row      row in registers of one block of <= 1024 threads (32K fp32 / 16-bit, 16K doubles),
 //                        the large vectors-per-thread size (fewest threads, most bytes in flight per thread);
 //                        "auto" softmax/log_softmax uses it only up to 512 threads and when rows fill the GPU;
@@ -230,11 +231,16 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
   plan.smem = 0;
   const int64_t nv = s.nv;
 
-  // 1. Warp-per-row. Aligned: the fewest lanes (>= 1) that leave each lane >= 2 vectors; scalar rows keep
-  //    whole warps once a lane holds more than one vector (the scalar kernel needs compile-time offsets).
+  // 1. Warp-per-row. Aligned: the fewest lanes (>= 1) that leave each lane >= 2 vectors (logsumexp: 4);
+  //    scalar rows keep whole warps once a lane holds more than one vector (the scalar kernel needs
+  //    compile-time offsets). Why 4 for logsumexp: with no store pass a lane's loads are all it waits for,
+  //    and more of them in flight paid (H100 sweep through the op, 65536x128, NOTES "s32 run 4": fp32 18.3
+  //    -> 16.8 us cold, 14.8 -> 14.4 streamed; bf16 11.7 -> 10.4, 8.5 -> 8.0), where the softmax sweep
+  //    found 2 faster on 128-element bf16 rows.
   if (nv <= 32 * Traits::kMaxVpt) {
     plan.kind = RowsKind::Warp;
-    plan.lanes = static_cast<int>(s.aligned ? std::clamp<int64_t>(next_pow2(ceil_div(nv, 2)), 1, 32)
+    const int64_t per_lane = p.output == SoftmaxOutput::LogSumExp ? 4 : 2;
+    plan.lanes = static_cast<int>(s.aligned ? std::clamp<int64_t>(next_pow2(ceil_div(nv, per_lane)), 1, 32)
                                             : next_pow2(std::min<int64_t>(nv, 32)));
     plan.vpt = static_cast<int>(next_pow2(ceil_div(nv, plan.lanes)));
     return plan;

@@ -139,7 +139,18 @@ def _attention_fake(q, k, v, causal, scale):
         if t.dtype != q.dtype:
             raise TypeError(f"flash_attn_ext.attention: {name} must have q's dtype {q.dtype}, got {t.dtype}")
     _check_same_device("attention", "q", q, k=k, v=v)
-    return torch.empty_like(q), q.new_empty(q.shape[:3], dtype=torch.float32)
+    return _empty_like_real(q), q.new_empty(q.shape[:3], dtype=torch.float32)
+
+
+def _empty_like_real(t: Tensor) -> Tensor:
+    """torch.empty_like as the C++ at::empty_like lays it out: a non-overlapping and dense tensor's strides
+    exactly, those of size-1 dims included; otherwise the same rule (dense strides in t's stride order).
+    Why: under FakeTensorMode empty_like recomputes the strides of size-1 dims, so the fake output of a
+    decode step (q of B = 1, Sq = 1 as a (B, S, H, D) view) had other strides than the real one. Inductor's
+    stride asserts skip size-1 dims, but a fake should match its kernel exactly (test_fake_kernel_matches_real)."""
+    if torch._prims_common.is_non_overlapping_and_dense_or_false(t):  # False when symbolic sizes leave it open
+        return t.new_empty_strided(t.shape, t.stride())
+    return torch.empty_like(t)
 
 
 @torch.library.register_fake("flash_attn_ext::merge_attention")

@@ -544,15 +544,17 @@ def test_fake_kernel_matches_real(device, layout):
     # out differently from its fake would be read wrongly by generated code)
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    q, k, v = make_qkv(2, 4, 2, 9, 9, 64, torch.float16, device, layout)
-    outs = torch.randn(3, 2, 9, 4, 64, device=device).transpose(2, 3)  # non-contiguous partials
-    lses = torch.randn(3, 2, 9, 4, device=device).transpose(2, 3)
-    real = fae.attention(q, k, v, return_lse=True) + fae.merge_attention(outs, lses)
-    with FakeTensorMode() as mode:
-        fake_args = [mode.from_tensor(t) for t in (q, k, v, outs, lses)]
-        fake = fae.attention(*fake_args[:3], return_lse=True) + fae.merge_attention(*fake_args[3:])
-    for r, f in zip(real, fake):
-        assert (r.shape, r.dtype, r.stride()) == (f.shape, f.dtype, f.stride())
+    # (b, sq): also size-1 dims (a decode step at batch 1), whose strides a fake empty_like recomputes
+    for b, sq in ((2, 9), (1, 1), (1, 7)):
+        q, k, v = make_qkv(b, 4, 2, sq, 9, 64, torch.float16, device, layout)
+        outs = torch.randn(3, b, sq, 4, 64, device=device).transpose(2, 3)  # non-contiguous partials
+        lses = torch.randn(3, b, sq, 4, device=device).transpose(2, 3)
+        real = fae.attention(q, k, v, return_lse=True) + fae.merge_attention(outs, lses)
+        with FakeTensorMode() as mode:
+            fake_args = [mode.from_tensor(t) for t in (q, k, v, outs, lses)]
+            fake = fae.attention(*fake_args[:3], return_lse=True) + fae.merge_attention(*fake_args[3:])
+        for r, f in zip(real, fake):
+            assert (r.shape, r.dtype, r.stride()) == (f.shape, f.dtype, f.stride()), (b, sq, layout)
 
 
 class TransformerBlock(torch.nn.Module):

@@ -636,8 +636,9 @@ for dtype in (torch.float32, torch.bfloat16, torch.float16):
             for kw in ({},) if op is fae.logsumexp else ({"algorithm": "safe"}, {"algorithm": "online"}):
                 t.check_against_reference(op(x, dim, **kw), ref(x, dim), base(x, dim), dtype, f"{op.__name__} {shape}")
     rows = t.special_rows(1025, dtype, "cpu")
-    # rows; and 26 columns, so that the block takes the vector column loops (>= 16) and falls back
-    for x, dim in ((rows, -1), (rows.repeat(2, 1).t().contiguous(), 0)):
+    # rows (97: the short-row blocks; 1025: chunks); and 26 columns, so that the block takes the vector column
+    # loops (>= 16) and falls back
+    for x, dim in ((t.special_rows(97, dtype, "cpu"), -1), (rows, -1), (rows.repeat(2, 1).t().contiguous(), 0)):
         for op, ref, base in ops:
             for kw in ({},) if op is fae.logsumexp else ({"algorithm": "safe"}, {"algorithm": "online"}):
                 t.assert_special_match(op(x, dim, **kw), base(x, dim), ref(x, dim), f"{op.__name__} special values")

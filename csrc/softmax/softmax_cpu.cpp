@@ -78,6 +78,60 @@ RowState<acc_t> reduce_row(const scalar_t* x, int64_t len, SoftmaxAlgorithm algo
 
 // ---- rows, float accumulation: chunk math by ChunkMath (softmax_cpu_math.h) ------------------------------
 
+// Rows [begin, end) of one chunk each (len <= kRowChunk), of float, half or bfloat16, in blocks of rows:
+// ChunkMath's row loops reduce and write a block in two or three calls, the same arithmetic as the chunk path
+// of softmax_rows_float, which gets each row whose max is not finite (any_row(row) rewrites it whole).
+template <typename scalar_t, typename AnyRow>
+void short_rows_float(const SoftmaxProblem& p, const ChunkMath& math, int64_t begin, int64_t end,
+                      const AnyRow& any_row) {
+  constexpr bool kInPlace = std::is_same_v<scalar_t, float>;
+  constexpr int64_t kBlockElems = 2048;  // in and out floats of a block stay in L1 (16 KB)
+  const scalar_t* x = p.x.const_data_ptr<scalar_t>();
+  scalar_t* out = p.out.mutable_data_ptr<scalar_t>();
+  const int64_t len = p.len;
+  const int64_t block_rows = std::max<int64_t>(1, kBlockElems / len);
+  std::vector<float> in_buf(kInPlace ? 0 : block_rows * len), out_buf(kInPlace ? 0 : block_rows * len);
+  std::vector<float> m(block_rows), d(block_rows), param(block_rows);
+  for (int64_t first = begin; first < end; first += block_rows) {
+    const int64_t rows = std::min(block_rows, end - first);
+    const float* xf;
+    float* yf = nullptr;  // the block's float outputs (none for logsumexp, whose out holds one per row)
+    if constexpr (kInPlace) {
+      xf = x + first * len;
+      if (p.output != SoftmaxOutput::LogSumExp) yf = out + first * len;
+    } else {
+      math.widen(x + first * len, in_buf.data(), rows * len);
+      xf = in_buf.data();
+      yf = out_buf.data();
+    }
+    math.reduce_rows(xf, p.output == SoftmaxOutput::Softmax ? yf : nullptr, rows, len, m.data(), d.data());
+    bool special = false;
+    for (int64_t i = 0; i < rows; ++i) {
+      if (!finite(m[i])) {
+        special = true;
+        param[i] = 0.f;
+        continue;
+      }
+      const Finalizer<float> f(RowState<float>{m[i], d[i]}, p.output);
+      if (p.output == SoftmaxOutput::LogSumExp) out[first + i] = static_cast<scalar_t>(f.lse());
+      param[i] = p.output == SoftmaxOutput::Softmax ? f.inv_d : f.log_d;
+    }
+    if (p.output == SoftmaxOutput::Softmax) {
+      math.scale_rows(yf, rows, len, param.data());
+    } else if (p.output == SoftmaxOutput::LogSoftmax) {
+      math.log_shift_rows(xf, yf, rows, len, m.data(), param.data());
+    }
+    if constexpr (!kInPlace) {
+      if (p.output != SoftmaxOutput::LogSumExp) math.narrow(yf, out + first * len, rows * len);
+    }
+    if (special) {
+      for (int64_t i = 0; i < rows; ++i) {
+        if (!finite(m[i])) any_row(first + i);
+      }
+    }
+  }
+}
+
 // Rows of float, half or bfloat16: each kRowChunk-element chunk converted to float once per pass (16-bit
 // types by ChunkMath's conversions; float input is used in place), reduced and written by ChunkMath;
 // special values take the scalar code (see top).
@@ -99,7 +153,8 @@ void softmax_rows_float(const SoftmaxProblem& p) {
     // keep_terms: per chunk, the max its kept terms are relative to (NaN: none kept, the scalar code reduced
     // that chunk)
     std::vector<float> term_max;
-    for (int64_t row = begin; row < end; ++row) {
+    // One row, any length.
+    const auto any_row = [&](int64_t row) {
       const scalar_t* xr = x + row * len;
       scalar_t* outr = out + row * len;
       float* const terms = kInPlace ? reinterpret_cast<float*>(outr) : scratch.data();
@@ -146,7 +201,7 @@ void softmax_rows_float(const SoftmaxProblem& p) {
       const Finalizer<float> f(chunks.total(), p.output);
       if (p.output == SoftmaxOutput::LogSumExp) {
         out[row] = static_cast<scalar_t>(f.lse());
-        continue;
+        return;
       }
       for (int64_t start = 0; start < len; start += kRowChunk) {
         const int64_t n = std::min(kRowChunk, len - start);
@@ -166,6 +221,11 @@ void softmax_rows_float(const SoftmaxProblem& p) {
         }
         if constexpr (!kInPlace) math.narrow(o, outr + start, n);
       }
+    };
+    if (len > kRowChunk) {
+      for (int64_t row = begin; row < end; ++row) any_row(row);
+    } else {
+      short_rows_float<scalar_t>(p, math, begin, end, any_row);
     }
   });
 }

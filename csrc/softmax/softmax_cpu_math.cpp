@@ -3,6 +3,8 @@
 
 #include <c10/util/Half.h>
 
+#include <cmath>
+
 #include "common/cpu_isa.h"
 #include "common/cpu_vector_math.h"
 
@@ -55,6 +57,25 @@ FAE_ALWAYS_INLINE void widen_bf16_body(const uint16_t* x, float* y, int64_t n) {
 
 FAE_ALWAYS_INLINE void narrow_bf16_body(const float* x, uint16_t* y, int64_t n) {
   for (int64_t j = 0; j < n; ++j) y[j] = float_to_bf16_bits(x[j]);
+}
+
+// The short-row loops (ChunkMath::reduce_rows, scale_rows, log_shift_rows): the chunk loops above, row by row.
+FAE_ALWAYS_INLINE void reduce_rows_body(const float* x, float* y, int64_t rows, int64_t len, float* m, float* d) {
+  for (int64_t i = 0; i < rows; ++i) {
+    const float* xr = x + i * len;
+    m[i] = nan_max_of(xr, len);
+    if (!std::isfinite(m[i])) continue;  // +-inf or NaN: the caller's scalar code
+    d[i] = y ? exp_sum_body<true>(xr, y + i * len, len, m[i]) : exp_sum_body<false>(xr, nullptr, len, m[i]);
+  }
+}
+
+FAE_ALWAYS_INLINE void scale_rows_body(float* y, int64_t rows, int64_t len, const float* scale) {
+  for (int64_t i = 0; i < rows; ++i) scale_body(y + i * len, len, scale[i]);
+}
+
+FAE_ALWAYS_INLINE void log_shift_rows_body(const float* x, float* y, int64_t rows, int64_t len, const float* m,
+                                           const float* log_d) {
+  for (int64_t i = 0; i < rows; ++i) log_shift_body(x + i * len, y + i * len, len, m[i], log_d[i]);
 }
 
 // The column loops: rows [0, rows) of a block (row j at x + j * ld), one element per column, m / s / scale /
@@ -139,6 +160,16 @@ FAE_TARGET_AVX2 void narrow_f16_f16c(const float* x, uint16_t* y, int64_t n) {
   }                                                                                                          \
   target void widen_bf16_##isa(const uint16_t* x, float* y, int64_t n) { widen_bf16_body(x, y, n); }          \
   target void narrow_bf16_##isa(const float* x, uint16_t* y, int64_t n) { narrow_bf16_body(x, y, n); }        \
+  target void reduce_rows_##isa(const float* x, float* y, int64_t rows, int64_t len, float* m, float* d) {   \
+    reduce_rows_body(x, y, rows, len, m, d);                                                                 \
+  }                                                                                                          \
+  target void scale_rows_##isa(float* y, int64_t rows, int64_t len, const float* scale) {                   \
+    scale_rows_body(y, rows, len, scale);                                                                    \
+  }                                                                                                          \
+  target void log_shift_rows_##isa(const float* x, float* y, int64_t rows, int64_t len, const float* m,     \
+                                   const float* log_d) {                                                     \
+    log_shift_rows_body(x, y, rows, len, m, log_d);                                                          \
+  }                                                                                                          \
   target void max_cols_##isa(const float* x, int64_t ld, int64_t rows, float* m, int64_t n) {                \
     max_cols_body(x, ld, rows, m, n);                                                                        \
   }                                                                                                          \
@@ -157,7 +188,8 @@ FAE_TARGET_AVX2 void narrow_f16_f16c(const float* x, uint16_t* y, int64_t n) {
   constexpr ChunkMath kChunkMath_##isa{max_of_##isa,      sum_exp_##isa,       exp_store_sum_##isa,          \
                                        scale_##isa,       exp_scale_##isa,     log_shift_##isa,              \
                                        widen_bf16_##isa,  narrow_bf16_##isa,   widen_f16_##f16,              \
-                                       narrow_f16_##f16,  max_cols_##isa,      sum_exp_cols_##isa,           \
+                                       narrow_f16_##f16,  reduce_rows_##isa,   scale_rows_##isa,             \
+                                       log_shift_rows_##isa, max_cols_##isa,   sum_exp_cols_##isa,           \
                                        exp_scale_cols_##isa, log_shift_cols_##isa};
 
 FAE_CHUNK_MATH_VARIANT(generic, , c10)

@@ -23,6 +23,14 @@ struct ChunkMath {
   void (*narrow_bf16)(const float* x, uint16_t* y, int64_t n);                  // float -> bfloat16 bits (RNE)
   void (*widen_f16)(const uint16_t* x, float* y, int64_t n);                    // float16 bits -> float
   void (*narrow_f16)(const float* x, uint16_t* y, int64_t n);                   // float -> float16 bits (RNE)
+  // Rows [0, rows) of len elements each, row i at x + i * len (y + i * len), for rows of one chunk: a call per
+  // block of rows instead of three per row (per-row calls were most of a 64-128-element row's time).
+  // reduce_rows: m[i] = the row's NaN-propagating max; where it is finite, d[i] = sum exp(x - m[i]) (with y:
+  // the terms written there, as exp_store_sum); rows whose max is not finite are the caller's (d[i] unset).
+  void (*reduce_rows)(const float* x, float* y, int64_t rows, int64_t len, float* m, float* d);
+  void (*scale_rows)(float* y, int64_t rows, int64_t len, const float* scale);  // row i *= scale[i]
+  void (*log_shift_rows)(const float* x, float* y, int64_t rows, int64_t len, const float* m,
+                         const float* log_d);  // row i: y = (x - m[i]) - log_d[i]
   // Across a block's columns, one element each: rows [0, rows) of the block, row j at x + j * ld (y + j *
   // ldy); m / s / scale / log_d hold one value per column.
   void (*max_cols)(const float* x, int64_t ld, int64_t rows, float* m, int64_t n);  // m = max(m, x), NaN kept

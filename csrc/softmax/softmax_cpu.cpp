@@ -5,7 +5,8 @@
 // Speed: rows of float, half and bfloat16 (float accumulation) run on float chunks of kRowChunk elements
 // through ChunkMath (softmax_cpu_math.h), loops compiled per x86 instruction set (common/cpu_isa.h) with a
 // vectorizable exp (common/cpu_vector_math.h, <= 1.4 ulp); a chunk ("safe": the row) whose max is not finite
-// (+-inf, NaN) takes the scalar code, which carries the rules of softmax_cpu_state.h. Double rows are scalar.
+// (+-inf, NaN) takes the scalar code, which carries the rules of softmax_cpu_state.h. Rows of one chunk go
+// through ChunkMath a block of rows per call (short_rows_float). Double rows are scalar.
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>

@@ -159,14 +159,18 @@ class Timer:
         callable, in order."""
         warmup = self.warmup if warmup is None else warmup
         reps = self.reps if reps is None else reps
+
+        def prepare(k):  # what precedes every call of fns[k], untimed
+            if flush:
+                self.flush()
+            if lead_ins is not None:
+                lead_ins[k]()
+
         self.sync()
         t0 = time.perf_counter()
         for _ in range(max(1, warmup)):
             for k, fn in enumerate(fns):
-                if flush:
-                    self.flush()
-                if lead_ins is not None:
-                    lead_ins[k]()
+                prepare(k)
                 fn()
         self.sync()
         per_round = (time.perf_counter() - t0) / max(1, warmup)
@@ -178,10 +182,7 @@ class Timer:
                        for _ in range(reps)] for _ in fns]
             for i in range(reps):
                 for k, fn in enumerate(fns):
-                    if flush:
-                        self.flush()
-                    if lead_ins is not None:
-                        lead_ins[k]()
+                    prepare(k)
                     events[k][i][0].record()
                     fn()
                     events[k][i][1].record()
@@ -190,10 +191,7 @@ class Timer:
         else:
             for _ in range(reps):
                 for k, fn in enumerate(fns):
-                    if flush:
-                        self.flush()
-                    if lead_ins is not None:
-                        lead_ins[k]()
+                    prepare(k)
                     t = time.perf_counter()
                     fn()
                     times[k].append((time.perf_counter() - t) * 1e3)

@@ -605,7 +605,7 @@ print("checked")
 @pytest.mark.cuda
 @requires_cuda
 @pytest.mark.parametrize("config", ["kind=pipe", "kind=pipe,chunks=3,threads=256", "kind=pipe,chunks=7,threads=512",
-                                    "kind=pipe,bpsm=2,chunks=4", "kind=dual", "kind=dual,chunks=5", "kind=stream",
+                                    "kind=pipe,bpsm=2,chunks=4", "kind=pipe,bpsm=2,pieces=3", "kind=dual", "kind=dual,chunks=5", "kind=stream",
                                     "kind=stream,steps=1"])
 def test_forced_configs_cuda(config):
     # FAE_SOFTMAX_CONFIG (the tuning hook) is read once per process: each configuration runs in a child that
@@ -659,8 +659,11 @@ def test_cpu_isa_variants(isa):
     ("lanes=4", "names no kind"),
     ("kind=warp,lanes=abc", "lanes=abc is not a non-negative integer"),
     ("kind=warp,lanes=3,vpt=2", "lanes must be a power of two"),
-    ("kind=warp,vpt=3", "vpt must be 1, 2, 4 or 8")])
+    ("kind=warp,vpt=3", "vpt must be 1, 2, 4 or 8"),
+    ("kind=pipe,pieces=1", "a ring of fewer than 2 pieces")])
 def test_forced_config_errors_cuda(config, message):
+    if config.startswith("kind=pipe") and torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("the pipelined kernel needs sm_90 (before it, the error names that)")
     # A malformed or unfit FAE_SOFTMAX_CONFIG is a RuntimeError naming the problem, in a fresh process (where
     # the build of s13 crashed formatting the message), never a fallback.
     out = softmax_error_in_fresh_process("torch.randn(64, 128, device='cuda')", -1, "RuntimeError",

@@ -70,12 +70,14 @@ inline typename Map::mapped_type memoized(Map& map, const typename Map::key_type
 }  // namespace detail
 }  // namespace flash_attn_ext
 
-// Lets `kernel` launch with `bytes` of dynamic shared memory: above the 48 KB default a kernel must opt in,
-// before the occupancy query and the launch. Not a stream operation, so it is legal during graph capture.
-// Asks the driver once per device, kernel and larger size.
+// Lets `kernel` launch with `bytes` of dynamic shared memory: past the 48 KB default (static and dynamic
+// together) a kernel must opt in, before the occupancy query and the launch. Every size is opted into, since
+// the kernel's static arrays count too: the pipelined kernel with a 48 KB ring and 584 bytes of barriers
+// could not launch while sizes up to 48 KB skipped this (s33). Not a stream operation, so it is legal during
+// graph capture. Asks the driver once per device, kernel and larger size.
 template <typename Kernel>
 inline void allow_dynamic_smem(Kernel* kernel, size_t bytes) {
-  if (bytes <= 48 * 1024) return;
+  if (bytes == 0) return;
   auto& memo = flash_attn_ext::detail::launch_memo();
   const auto key = std::make_pair(flash_attn_ext::current_cuda_device(), reinterpret_cast<const void*>(kernel));
   std::lock_guard<std::mutex> lock(memo.mutex);

@@ -106,7 +106,9 @@ struct RowsShape {
   int64_t nv;     // 16-byte vectors per row, ceil(len / kVec)
   bool aligned;   // 16-byte vector access: x, y and the row length in bytes multiples of 16
   int sms;
-  size_t smem_optin;
+  size_t smem_optin;     // shared memory one block may opt into
+  size_t smem_per_sm;    // shared memory of an SM, all its blocks together
+  size_t smem_reserved;  // shared memory the system reserves per resident block
   bool pipe;      // the pipelined kernel can run: aligned rows, sm_90+ code for this device
   bool dual;      // the dual-role kernel can run (the same conditions)
 };
@@ -127,10 +129,14 @@ template <typename T> int64_t chunking_cost(int64_t rows, int64_t len, int64_t c
   return rounds * (chunk_elems * static_cast<int64_t>(sizeof(T)) + kPipeItemOverheadBytes);
 }
 
-// Ring pieces of each of `per_sm` blocks sharing an SM's shared memory.
-int pipe_ring_pieces(size_t smem_optin, int per_sm) {
+// Ring pieces of each of `per_sm` blocks sharing an SM's shared memory: what is left of a block's share (at
+// most the opt-in limit) after the system's reservation and kPipeStaticSmemBytes (the kernels' barriers and
+// row scratch). Two blocks per SM get 7 pieces of 16 KiB on the H100 (6 until session 33: half the opt-in
+// limit less 2 KiB, which missed that the SM's 228 KiB exceed the 227 KiB one block may take).
+int pipe_ring_pieces(const RowsShape& s, int per_sm) {
   // Signed: a forced plan (FAE_SOFTMAX_CONFIG) may ask for so many blocks per SM that the share is negative.
-  const int64_t ring_bytes = static_cast<int64_t>(smem_optin / per_sm) - 2048;
+  const int64_t share = static_cast<int64_t>(s.smem_per_sm / std::max(per_sm, 1)) - static_cast<int64_t>(s.smem_reserved);
+  const int64_t ring_bytes = std::min<int64_t>(share, static_cast<int64_t>(s.smem_optin)) - kPipeStaticSmemBytes;
   return static_cast<int>(std::clamp<int64_t>(ring_bytes / kPipePieceBytes, 0, kPipeMaxPieces));
 }
 
@@ -152,9 +158,8 @@ template <typename T> int64_t pipe_chunk_elems(int64_t len, int chunks, int ring
 // streams in while one is processed); else the count between the fewest whose chunks fit that way and the
 // resident blocks (a row's chunks must be co-resident) minimizing chunking_cost, ties to more chunks (a deeper
 // prefetch), with chunks cut as pipe_chunk_elems cuts them. 0 when rows are too long for any count.
-template <typename T> int pipe_chunks(const RowsShape& s, int per_sm) {
+template <typename T> int pipe_chunks(const RowsShape& s, int per_sm, int ring_pieces) {
   const int64_t row_bytes = s.len * static_cast<int64_t>(sizeof(T));
-  const int ring_pieces = pipe_ring_pieces(s.smem_optin, per_sm);
   const int64_t max_chunk = int64_t(ring_pieces - 2) * kPipePieceBytes;
   const int64_t blocks = int64_t(s.sms) * per_sm;
   if (max_chunk <= 0) return 0;
@@ -256,11 +261,14 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
   //    (a full ring) per SM (bf16 8x4194304: 72 us vs 77-79 with two blocks or the split kernel); rows too
   //    long for half a ring but not for a whole one held whole by one block per SM, so no row waits on an
   //    exchange (fp32 1024x32768: 101 us vs 117 two blocks, 108 block kernel; bf16 2048x65536: 201 vs 226);
-  //    everything else two blocks per SM, half a ring each, so one block's reduction and exchange overlap
-  //    the other's (bf16 1024x32768 49 us vs 60 one block, 128x262144 62 vs 67).
+  //    everything else two blocks per SM, half the SM's shared memory each, so one block's reduction and
+  //    exchange overlap the other's (bf16 1024x32768 49 us vs 60 one block, 128x262144 62 vs 67). Half is 7
+  //    pieces since s33 (was 6; sweep through the op, cold / streamed: bf16 1024x32768 49.9-50.4 / 53.8-54.6
+  //    us vs 50.9 / 55.1, and rows of 64-80 KB now fit two blocks per SM: bf16 1024x40960 65.5-65.7 / 68.3-69.1
+  //    vs 70.5 / 71.9 one block per SM).
   // 0a. Dual-role (sm_90+, aligned, "auto", every output), chunks of <= 128 KB: rows the pipelined kernel
-  //     would split (at most one round per row), and fp32 rows it would hold whole one per SM that fit one
-  //     item (no exchange). H100 sweeps through the op, dual vs the pipelined plan (us): s17 fp32 8x4194304
+  //     would split (at most one round per row), and fp32 whole rows of one item where rows fill the SMs (no
+  //     exchange). H100 sweeps through the op, dual vs the pipelined plan (us): s17 fp32 8x4194304
   //     117 vs 126, 128x262144 113 vs 119, 32x1000000 113 vs 136, 2048x65536 410 vs 421; s18 (2-3 rounds)
   //     fp32 1024x32768 98.3-100.3 vs 101.5-102.7, 1024x24576 72.1-72.4 vs 77.0-77.2 (4096x32768 389-390 vs
   //     384.5: the one loss, 1.3 %); 16-bit split rows once the register role kept 8 loads in flight (s18,
@@ -278,20 +286,26 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
       plan.steps = stream_steps_per_chunk<T>(s.len);
       return plan;
     }
-    const int chunks_one = pipe_chunks<T>(s, 1);
+    const int ring_one = pipe_ring_pieces(s, 1);
+    const int ring_two = pipe_ring_pieces(s, 2);
+    const int chunks_one = pipe_chunks<T>(s, 1, ring_one);
     const bool few_long_rows = chunks_one > 1 && s.rows * 8 <= s.sms;
-    const bool whole_rows_one_per_sm = chunks_one == 1 && s.rows >= s.sms && pipe_chunks<T>(s, 2) > 1;
+    const bool whole_rows_one_per_sm = chunks_one == 1 && s.rows >= s.sms && pipe_chunks<T>(s, 2, ring_two) > 1;
     if (s.dual) {
       const int64_t chunks = dual_chunks<T>(s.rows, s.len, s.sms);
       // An item must also fit the ring (it does on sm_90's 227 KB; guards smaller opt-in shared memory).
       const int64_t item_pieces = ceil_div(dual_chunk_elems<T>(s.len, chunks) * int64_t(sizeof(T)), kPipePieceBytes);
-      const bool fits = chunks <= s.sms && item_pieces <= pipe_ring_pieces(s.smem_optin, 1);
+      const bool fits = chunks <= s.sms && item_pieces <= ring_one;
       // Both roles get items only from a second round on: a launch of one round is the ring role alone, 4
       // warps where the pipelined kernel has 8 for 16-bit (s18: bf16 2x4194304 25.4 us vs 20.7; fp32
       // 1x4194304 22.4 vs 20.5).
       const bool two_rounds = s.rows > s.sms / chunks;
       const bool split_rows = chunks_one > 1 && chunks > 1 && sizeof(T) <= 4;  // fp64: not measured (spills)
-      const bool one_item_rows = whole_rows_one_per_sm && chunks == 1 && sizeof(T) == 4;
+      // fp32 rows of one item fill the SMs: every fp32 row here (> 64 KB) when rows >= SMs. Not by
+      // whole_rows_one_per_sm: the 7-piece ring holds rows of 64-80 KB two blocks per SM, and there the dual
+      // kernel is faster still (H100 sweep, streamed, s33: 1024x20480 64.3 us vs 70.4, 2048x16896 107.7 vs
+      // 113.3), where 16-bit rows of that size gained (bf16 1024x40960 65.7 vs 70.5 cold one block per SM).
+      const bool one_item_rows = chunks_one == 1 && s.rows >= s.sms && chunks == 1 && sizeof(T) == 4;
       if (fits && two_rounds && (split_rows || one_item_rows)) {
         plan.kind = RowsKind::Dual;
         plan.chunks = static_cast<int>(chunks);
@@ -299,7 +313,7 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
       }
     }
     const int per_sm = few_long_rows || whole_rows_one_per_sm ? 1 : 2;
-    const int chunks = per_sm == 1 ? chunks_one : pipe_chunks<T>(s, 2);
+    const int chunks = per_sm == 1 ? chunks_one : pipe_chunks<T>(s, 2, ring_two);
     if (chunks > 0) {
       plan.kind = RowsKind::Pipe;
       plan.threads = pipe_threads<T>();
@@ -467,11 +481,13 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
       fail("threads must be a multiple of 32 in [32, 512]");
     }
     const int blocks_per_sm = plan.bpsm > 0 ? plan.bpsm : 1;  // blocks sharing an SM's shared memory
-    if (plan.chunks == 0) plan.chunks = pipe_chunks<T>(s, blocks_per_sm);
+    if (plan.pieces == 0) plan.pieces = pipe_ring_pieces(s, blocks_per_sm);
+    if (plan.pieces < 2) fail("a ring of fewer than 2 pieces (bpsm too large for the shared memory?)");
+    if (plan.pieces > kPipeMaxPieces) fail("pieces above kPipeMaxPieces");
+    if (plan.chunks == 0) plan.chunks = pipe_chunks<T>(s, blocks_per_sm, plan.pieces);
     if (plan.chunks <= 0) fail("rows too long for the ring at any chunk count");
-    PipeParams<T> pp{x, y, s.rows, s.len, 0, 0, kPipePieceBytes / static_cast<int>(sizeof(T)),
-                     pipe_ring_pieces(s.smem_optin, blocks_per_sm), p.output, {}};
-    if (pp.ring_pieces < 2) fail("bpsm leaves a ring of fewer than 2 pieces");
+    PipeParams<T> pp{x, y, s.rows, s.len, 0, 0, kPipePieceBytes / static_cast<int>(sizeof(T)), plan.pieces,
+                     p.output, {}};
     pp.chunk_elems = pipe_chunk_elems<T>(s.len, plan.chunks, pp.ring_pieces);
     pp.chunks = static_cast<int>(ceil_div(s.len, pp.chunk_elems));  // rounding may leave fewer chunks
     if (ceil_div(pp.chunk_elems, pp.piece_elems) > pp.ring_pieces) fail("a chunk does not fit the ring");
@@ -493,7 +509,7 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
     }
     if (plan.chunks < 1) fail("chunks must be >= 1");
     PipeParams<T> pp{x, y, s.rows, s.len, 0, 0, kPipePieceBytes / static_cast<int>(sizeof(T)),
-                     pipe_ring_pieces(s.smem_optin, 1), p.output, {}};
+                     pipe_ring_pieces(s, 1), p.output, {}};
     pp.chunk_elems = dual_chunk_elems<T>(s.len, plan.chunks);
     if (pp.chunk_elems * static_cast<int64_t>(sizeof(T)) > kDualMaxItemBytes) fail("chunks of more than 128 KB");
     pp.chunks = static_cast<int>(ceil_div(s.len, pp.chunk_elems));  // rounding may leave fewer chunks
@@ -550,6 +566,8 @@ template <typename T> void softmax_cuda_typed(const SoftmaxProblem& p, cudaStrea
                     aligned16(x) && aligned16(y) && (p.len * static_cast<int64_t>(sizeof(T))) % 16 == 0,
                     prop->multiProcessorCount,
                     prop->sharedMemPerBlockOptin,
+                    prop->sharedMemPerMultiprocessor,
+                    prop->reservedSharedMemPerBlock,
                     false,
                     false};
   s.pipe = s.aligned && pipe_supported<T>();

@@ -253,6 +253,8 @@ __global__ void __launch_bounds__(kPipeMaxThreads, 1) softmax_pipelined_rows_ker
   extern __shared__ __align__(128) uint4 ring[];
   __shared__ uint64_t bars[kPipeMaxPieces];
   __shared__ OnlineState<acc_t<T>> s_state[kRowScratch];
+  static_assert((sizeof(bars) + sizeof(s_state) + 127) / 128 * 128 <= kPipeStaticSmemBytes,
+                "pipe_ring_pieces sets aside kPipeStaticSmemBytes for these");
   init_ring_barriers(bars, p.ring_pieces);
   ring_items<T>(p, blockIdx.x, gridDim.x, BlockTeam{}, ring, bars, s_state);
 #endif

@@ -27,6 +27,7 @@
 //   bpsm     warp/block/split: persistent grid of at most bpsm blocks per SM (0: one item per block; split:
 //            as many as are resident); pipe: blocks sharing an SM, each with 1 / bpsm of its ring (0: 1)
 //   steps    stream: 256-thread block-steps per chunk (0: the heuristic's)
+//   pieces   pipe: 16 KiB ring pieces per block (0: as many as bpsm blocks per SM leave room for)
 // A forced configuration that is not compiled or does not fit the shape is an error, never a fallback.
 #include <string>
 
@@ -48,6 +49,7 @@ struct RowsPlan {
   int chunks = 0;
   int bpsm = 0;
   int steps = 0;
+  int pieces = 0;
 };
 
 // Parses "key=value,key=value"; throws (TORCH_CHECK) on an unknown key, kind or a malformed value.

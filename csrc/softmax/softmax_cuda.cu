@@ -135,7 +135,8 @@ template <typename T> int64_t chunking_cost(int64_t rows, int64_t len, int64_t c
 // limit less 2 KiB, which missed that the SM's 228 KiB exceed the 227 KiB one block may take).
 int pipe_ring_pieces(const RowsShape& s, int per_sm) {
   // Signed: a forced plan (FAE_SOFTMAX_CONFIG) may ask for so many blocks per SM that the share is negative.
-  const int64_t share = static_cast<int64_t>(s.smem_per_sm / std::max(per_sm, 1)) - static_cast<int64_t>(s.smem_reserved);
+  const int64_t share =
+      static_cast<int64_t>(s.smem_per_sm / std::max(per_sm, 1)) - static_cast<int64_t>(s.smem_reserved);
   const int64_t ring_bytes = std::min<int64_t>(share, static_cast<int64_t>(s.smem_optin)) - kPipeStaticSmemBytes;
   return static_cast<int>(std::clamp<int64_t>(ring_bytes / kPipePieceBytes, 0, kPipeMaxPieces));
 }
@@ -266,15 +267,16 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
   //    pieces since s33 (was 6; sweep through the op, cold / streamed: bf16 1024x32768 49.9-50.4 / 53.8-54.6
   //    us vs 50.9 / 55.1, and rows of 64-80 KB now fit two blocks per SM: bf16 1024x40960 65.5-65.7 / 68.3-69.1
   //    vs 70.5 / 71.9 one block per SM).
-  // 0a. Dual-role (sm_90+, aligned, "auto", every output), chunks of <= 128 KB: rows the pipelined kernel
-  //     would split (at most one round per row), and fp32 whole rows of one item where rows fill the SMs (no
-  //     exchange). H100 sweeps through the op, dual vs the pipelined plan (us): s17 fp32 8x4194304
-  //     117 vs 126, 128x262144 113 vs 119, 32x1000000 113 vs 136, 2048x65536 410 vs 421; s18 (2-3 rounds)
-  //     fp32 1024x32768 98.3-100.3 vs 101.5-102.7, 1024x24576 72.1-72.4 vs 77.0-77.2 (4096x32768 389-390 vs
-  //     384.5: the one loss, 1.3 %); 16-bit split rows once the register role kept 8 loads in flight (s18,
-  //     two rounds): bf16 128x262144 55.3-56.0 vs 61.0-61.2, 8x4194304 56.0-56.7 vs 64.0, 256x131072
-  //     56.0-56.7 vs 60.8-61.9, 512x131072 110 vs 118-120, fp16 alike. 16-bit whole rows stay pipelined
-  //     (2048x65536 219 vs 200 with 16 loads in flight), and fp64 rows (its dual kernel spills; not timed).
+  // 0a. Dual-role (sm_90+, aligned, "auto", every output), chunks of <= 128 KB: rows the pipelined kernel would split
+  //     (at most one round per row), and whole rows of one item where rows fill the SMs (no exchange; fp32, and 16-bit
+  //     rows beyond two pipelined blocks per SM). H100 sweeps through the op, dual vs the pipelined plan (us): s17 fp32
+  //     8x4194304 117 vs 126, 128x262144 113 vs 119, 32x1000000 113 vs 136, 2048x65536 410 vs 421; s18 (2-3 rounds)
+  //     fp32 1024x32768 98.3-100.3 vs 101.5-102.7, 1024x24576 72.1-72.4 vs 77.0-77.2 (4096x32768 389-390 vs 384.5: the
+  //     one loss, 1.3 %); 16-bit split rows once the register role kept 8 loads in flight (s18, two rounds): bf16
+  //     128x262144 55.3-56.0 vs 61.0-61.2, 8x4194304 56.0-56.7 vs 64.0, 256x131072 56.0-56.7 vs 60.8-61.9, 512x131072
+  //     110 vs 118-120, fp16 alike. 16-bit whole rows of 80-128 KB too since s33 (below; s18 had 2048x65536 at 219 vs
+  //     200 with 16 register-role loads in flight), the shorter ones stay pipelined, and fp64 rows (its dual kernel
+  //     spills; not timed).
   if (auto_alg && s.pipe && threads > kSplitThreads) {
     // logsumexp keeps nothing for a store pass, so nothing need stay on chip: the streaming reduce (many
     // small blocks, all of the SM's warps folding) against the best of the pipelined and dual plans (one
@@ -301,11 +303,17 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
       // 1x4194304 22.4 vs 20.5).
       const bool two_rounds = s.rows > s.sms / chunks;
       const bool split_rows = chunks_one > 1 && chunks > 1 && sizeof(T) <= 4;  // fp64: not measured (spills)
-      // fp32 rows of one item fill the SMs: every fp32 row here (> 64 KB) when rows >= SMs. Not by
-      // whole_rows_one_per_sm: the 7-piece ring holds rows of 64-80 KB two blocks per SM, and there the dual
-      // kernel is faster still (H100 sweep, streamed, s33: 1024x20480 64.3 us vs 70.4, 2048x16896 107.7 vs
-      // 113.3), where 16-bit rows of that size gained (bf16 1024x40960 65.7 vs 70.5 cold one block per SM).
-      const bool one_item_rows = chunks_one == 1 && s.rows >= s.sms && chunks == 1 && sizeof(T) == 4;
+      // Whole rows of one item (<= 128 KB) when rows fill the SMs: every such fp32 row (> 64 KB here), and
+      // 16-bit rows too long for two pipelined blocks per SM (80-128 KB). H100 sweeps through the op, s33,
+      // dual vs the pipelined plan, us, cold / streamed: fp32 1024x20480 64.0-64.3 vs 70.4 streamed (two
+      // blocks per SM, 7 pieces), 2048x16896 107.4-107.7 vs 113.3; bf16 256x65536 27.2 vs 30.4 / 28.2-28.3 vs
+      // 29.8-30.0, 512x65536 48.8 vs 57.5 / 53.9-54.0 vs 58.3-58.5, 1024x65536 97.7 vs 105.3 / 100.1-101.0 vs
+      // 105.5-105.7, 2048x65536 191.2 vs 200.7 / 196.8-198.3 vs 201.2-202.4, 1024x49152 77.0 vs 85.3 /
+      // 78.9-79.4 vs 84.7, 2048x50304 155.6 vs 166.2 / 157.1-168.2 vs 165.9-166.0 (the one loss, 1.3 %).
+      // 16-bit rows of <= 80 KB stay pipelined two per SM (bf16 4096x32000: dual 220-222 us, pipelined
+      // 188-199).
+      const bool one_item_rows = chunks_one == 1 && s.rows >= s.sms && chunks == 1 &&
+                                 (sizeof(T) == 4 || (sizeof(T) == 2 && whole_rows_one_per_sm));
       if (fits && two_rounds && (split_rows || one_item_rows)) {
         plan.kind = RowsKind::Dual;
         plan.chunks = static_cast<int>(chunks);

@@ -137,6 +137,16 @@ def test_softmax_accuracy_long_cuda(dtype, algorithm, shape, dim, layout):
     _run_accuracy("cuda", dtype, algorithm, shape, dim, layout)
 
 
+@pytest.mark.cuda
+@requires_cuda
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_many_whole_rows_cuda(dtype):
+    # More than 12 rows per SM of 16-bit rows between 32 and 64 KB: "auto" takes the block kernel with shared
+    # memory instead of the pipelined one on sm_90 (rows of 16392 elements: 2049 16-byte vectors, not a multiple of the block).
+    rows = 12 * torch.cuda.get_device_properties(0).multi_processor_count + 1
+    _run_accuracy("cuda", dtype, "auto", (rows, 16392), -1, "contiguous")
+
+
 @pytest.mark.parametrize("keepdim", [False, True])
 @pytest.mark.parametrize("shape, dim, layout", [p for p in _cases(CASES) if p.values[2] != "transposed"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)

@@ -322,7 +322,16 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
     }
     const int per_sm = few_long_rows || whole_rows_one_per_sm ? 1 : 2;
     const int chunks = per_sm == 1 ? chunks_one : pipe_chunks<T>(s, 2, ring_two);
-    if (chunks > 0) {
+    // Many 16-bit whole rows of <= 64 KB go to the block kernel (2b.) instead: its blocks are not persistent,
+    // so the hardware hands rows to SMs as they free up, and at >= ~16 rows per SM that outweighs the ring's
+    // prefetch. H100 sweep through the op, s33, the block kernel (512 threads) vs the pipelined one, us, cold
+    // / streamed: bf16 2048x32768 97.4 / 99.1-99.6 vs 98.7 / 105.1-107.0, 4096x32000 181.5 / 184.2-184.3 vs
+    // 189.5 / 196.7-198.9; at ~8 rows per SM the pipelined kernel stays (1024x32768 52.4 / 54.2-54.3 vs
+    // 50.0 / 54.1-54.2; 1024x24576 38.9 / 39.2 vs 37.5 / 41.1-41.3). The threshold of 12 rows per SM, between
+    // those measured, is a guess.
+    const bool many_short_whole_rows = sizeof(T) == 2 && per_sm == 2 && chunks == 1 &&
+                                       s.len * int64_t(sizeof(T)) <= 64 * 1024 && s.rows >= 12 * int64_t(s.sms);
+    if (chunks > 0 && !many_short_whole_rows) {
       plan.kind = RowsKind::Pipe;
       plan.threads = pipe_threads<T>();
       plan.chunks = chunks;
@@ -332,10 +341,13 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
   }
 
   // 2b. Block-per-row with shared memory: the block size with the most resident threads among those with
-  //     >= 2 resident blocks per SM (256 on a tie: finer interleaving of the blocks' phases).
+  //     >= 2 resident blocks per SM, 512 on a tie (H100 sweep through the op, s33, bf16 rows of 64 KB, us,
+  //     cold / streamed: 512 threads x 4 shared vectors 52.4 / 54.2 at 1024x32768, 97.4 / 99.1-99.6 at
+  //     2048x32768; 256 x 12, resident since the opt-in fix of s33 and tied on resident threads, 60.6 /
+  //     62.9-63.0 and 107.5 / 109.1-109.2).
   if (auto_alg && s.aligned && threads > kSplitThreads && s.rows >= 2 * int64_t(s.sms)) {
     int64_t best_resident = 0;
-    for (int t : {256, 512}) {
+    for (int t : {512, 256}) {
       const int64_t smem_vecs = ceil_div(nv, t) - vpt;
       const size_t bytes = size_t(t) * smem_vecs * 16;
       if (bytes + 1024 > s.smem_optin) continue;

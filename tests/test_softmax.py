@@ -142,7 +142,8 @@ def test_softmax_accuracy_long_cuda(dtype, algorithm, shape, dim, layout):
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 def test_many_whole_rows_cuda(dtype):
     # More than 12 rows per SM of 16-bit rows between 32 and 64 KB: "auto" takes the block kernel with shared
-    # memory instead of the pipelined one on sm_90 (rows of 16392 elements: 2049 16-byte vectors, not a multiple of the block).
+    # memory instead of the pipelined one on sm_90 (rows of 16392 elements: 2049 16-byte vectors, not a
+    # multiple of the block).
     rows = 12 * torch.cuda.get_device_properties(0).multi_processor_count + 1
     _run_accuracy("cuda", dtype, "auto", (rows, 16392), -1, "contiguous")
 
@@ -616,8 +617,8 @@ print("checked")
 @pytest.mark.cuda
 @requires_cuda
 @pytest.mark.parametrize("config", ["kind=pipe", "kind=pipe,chunks=3,threads=256", "kind=pipe,chunks=7,threads=512",
-                                    "kind=pipe,bpsm=2,chunks=4", "kind=pipe,bpsm=2,pieces=3", "kind=dual", "kind=dual,chunks=5", "kind=stream",
-                                    "kind=stream,steps=1"])
+                                    "kind=pipe,bpsm=2,chunks=4", "kind=pipe,bpsm=2,pieces=3", "kind=dual",
+                                    "kind=dual,chunks=5", "kind=stream", "kind=stream,steps=1"])
 def test_forced_configs_cuda(config):
     # FAE_SOFTMAX_CONFIG (the tuning hook) is read once per process: each configuration runs in a child that
     # checks every op, on short and long rows split into the configuration's chunks (or whole rows); with

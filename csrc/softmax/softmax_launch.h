@@ -69,8 +69,9 @@ template <typename T> struct RowsParams {
 // `piece_elems` elements, filled by bulk (TMA) copies; an item occupies ceil(chunk length / piece_elems)
 // consecutive pieces. x and y 16-byte aligned, len a multiple of the 16-byte vector.
 constexpr int kPipeMaxPieces = 32;
-// Shared memory the ring sizing sets aside for the pipelined and dual kernels' static arrays (barriers, row
-// scratch: at most 912 bytes for the pipelined kernel, rounded up to the ring's 128-byte alignment).
+// Shared memory the ring sizing (pipe_ring_pieces) sets aside for the kernels' static arrays (barriers, row
+// scratch): the pipelined kernel's, at most 912 bytes, rounded up to the ring's 128-byte alignment (asserted
+// in the kernel). The dual kernel's (up to 1568 bytes for fp64) fit in the slack its 14-piece ring leaves.
 constexpr int kPipeStaticSmemBytes = 1024;
 // Block size bound: up to 128 registers per thread, so the groups of fp64 vectors stay out of local memory.
 constexpr int kPipeMaxThreads = 512;

@@ -65,7 +65,8 @@ RowsPlan parse_rows_plan(const std::string& text) {
     } else if (key == "pieces") {
       plan.pieces = parse_int(key, value);
     } else {
-      TORCH_CHECK(false, kEnv, ": unknown key '", key, "' (keys: kind, lanes, vpt, threads, smem, chunks, bpsm, steps, pieces)");
+      TORCH_CHECK(false, kEnv, ": unknown key '", key,
+                  "' (keys: kind, lanes, vpt, threads, smem, chunks, bpsm, steps, pieces)");
     }
   }
   TORCH_CHECK(has_kind, kEnv, "='", text, "' names no kind (kind=warp|block|split|stream|pipe|dual)");

@@ -148,6 +148,17 @@ def test_many_whole_rows_cuda(dtype):
     _run_accuracy("cuda", dtype, "auto", (rows, 16392), -1, "contiguous")
 
 
+@pytest.mark.cuda
+@requires_cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+def test_crowded_whole_rows_cuda(dtype):
+    # Rows that would fill all but 2 pieces of a one-block-per-SM ring, one row per SM and more: "auto" cuts
+    # them over two pipelined blocks per SM on sm_90 (bf16 / fp16 rows of 98296 elements, 192 KB less 16
+    # bytes; fp32 rows of half that length).
+    rows = torch.cuda.get_device_properties(0).multi_processor_count + 1
+    _run_accuracy("cuda", dtype, "auto", (rows, 98296 if dtype.itemsize == 2 else 49144), -1, "contiguous")
+
+
 @pytest.mark.parametrize("keepdim", [False, True])
 @pytest.mark.parametrize("shape, dim, layout", [p for p in _cases(CASES) if p.values[2] != "transposed"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)

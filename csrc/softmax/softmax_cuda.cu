@@ -303,32 +303,50 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
       // 1x4194304 22.4 vs 20.5).
       const bool two_rounds = s.rows > s.sms / chunks;
       const bool split_rows = chunks_one > 1 && chunks > 1 && sizeof(T) <= 4;  // fp64: not measured (spills)
-      // Whole rows of one item (<= 128 KB) when rows fill the SMs: every such fp32 row (> 64 KB here), and
-      // 16-bit rows too long for two pipelined blocks per SM (80-128 KB). H100 sweeps through the op, s33,
-      // dual vs the pipelined plan, us, cold / streamed: fp32 1024x20480 64.0-64.3 vs 70.4 streamed (two
-      // blocks per SM, 7 pieces), 2048x16896 107.4-107.7 vs 113.3; bf16 256x65536 27.2 vs 30.4 / 28.2-28.3 vs
-      // 29.8-30.0, 512x65536 48.8 vs 57.5 / 53.9-54.0 vs 58.3-58.5, 1024x65536 97.7 vs 105.3 / 100.1-101.0 vs
-      // 105.5-105.7, 2048x65536 191.2 vs 200.7 / 196.8-198.3 vs 201.2-202.4, 1024x49152 77.0 vs 85.3 /
-      // 78.9-79.4 vs 84.7, 2048x50304 155.6 vs 166.2 / 157.1-168.2 vs 165.9-166.0 (the one loss, 1.3 %).
-      // 16-bit rows of <= 80 KB stay pipelined two per SM (bf16 4096x32000: dual 220-222 us, pipelined
-      // 188-199).
-      const bool one_item_rows = chunks_one == 1 && s.rows >= s.sms && chunks == 1 &&
-                                 (sizeof(T) == 4 || (sizeof(T) == 2 && whole_rows_one_per_sm));
-      if (fits && two_rounds && (split_rows || one_item_rows)) {
+      // Whole rows when rows fill the SMs: every such fp32 row (> 64 KB here) in one item (<= 128 KB) or two (<=
+      // 192 KB, since s34), and 16-bit rows of one item too long for two pipelined blocks per SM (80-128 KB).
+      // H100 sweeps through the op, dual vs the pipelined plan, us, cold / streamed, s33: fp32 1024x20480
+      // 64.0-64.3 vs 70.4 streamed (two blocks per SM, 7 pieces), 2048x16896 107.4-107.7 vs 113.3; bf16
+      // 256x65536 27.2 vs 30.4 / 28.2-28.3 vs 29.8-30.0, 512x65536 48.8 vs 57.5 / 53.9-54.0 vs 58.3-58.5,
+      // 1024x65536 97.7 vs 105.3 / 100.1-101.0 vs 105.5-105.7, 2048x65536 191.2 vs 200.7 / 196.8-198.3 vs
+      // 201.2-202.4, 1024x49152 77.0 vs 85.3 / 78.9-79.4 vs 84.7, 2048x50304 155.6 vs 166.2 / 157.1-168.2 vs
+      // 165.9-166.0 (the one loss, 1.3 %); s34, fp32 rows of two items against one pipelined block per SM:
+      // 133x49144 28.7 vs 33.7 / 29.1-29.4 vs 32.0-32.2, 264x49152 38.7 vs 43.0 / 44.0-44.1 vs 44.5-44.7,
+      // 512x49152 77.4 vs 81.1 / 79.7-80.3 vs 82.5-82.6, 1024x49152 147.7 vs 153.6 / 152.8-153.6 vs
+      // 156.3-157.3, 512x45056 70.6 vs 73.0 / 74.3-74.8 vs 74.9-75.8. 16-bit rows of <= 80 KB stay pipelined
+      // two per SM (bf16 4096x32000: dual 220-222 us, pipelined 188-199), and 16-bit rows of two items go to
+      // the pipelined kernel's crowded rows below (cold / streamed, bf16 512x98304: dual 82.4 / 86.6, two
+      // pipelined blocks per SM 81.3 / 85.4; 264x98304 42.5 / 49.4 vs 42.6 / 45.8).
+      const bool whole_rows = chunks_one == 1 && s.rows >= s.sms;
+      const bool dual_whole_rows = whole_rows && ((sizeof(T) == 4 && chunks <= 2) ||
+                                                (sizeof(T) == 2 && chunks == 1 && whole_rows_one_per_sm));
+      if (fits && two_rounds && (split_rows || dual_whole_rows)) {
         plan.kind = RowsKind::Dual;
         plan.chunks = static_cast<int>(chunks);
         return plan;
       }
     }
-    const int per_sm = few_long_rows || whole_rows_one_per_sm ? 1 : 2;
+    // 16-bit whole rows that leave fewer than 3 of the one-block ring's pieces free (> 176 KB of 16 KiB pieces
+    // on the H100) stream the next row in too late: they are cut over two blocks per SM instead. H100 sweeps
+    // through the op, s34, two blocks per SM vs one, us, cold / streamed: bf16 133x98296 28.2 vs 37.0 /
+    // 29.9-30.1 vs 34.8-35.0, 512x98304 81.3-82.5 vs 85.8-86.1 / 84.9-85.4 vs 85.9-86.5, 1024x98304
+    // 155.6-156.8 vs 159.8-160.8 / 158.3-159.1 vs 160.5-162.3, 2048x98304 301.3 vs 303.0 / 301.4-304.6 vs
+    // 303.5-305.4, fp16 264x98304 42.5 vs 47.6 / 45.8-46.2 vs 47.4; rows of 176 KB stay (bf16 512x90112 76.3
+    // vs 77.4 / 80.0-80.1 vs 78.4), as do those of 160 KB (1024x81920 131.8 vs 130.7 / 136.8 vs 134.3) and
+    // 144 KB (512x73728 64.0 vs 63.2 / 68.0 vs 64.3).
+    const bool crowded_whole_rows = sizeof(T) == 2 && whole_rows_one_per_sm &&
+                                    ceil_div(s.len * int64_t(sizeof(T)), int64_t(kPipePieceBytes)) > ring_one - 3;
+    const int per_sm = few_long_rows || (whole_rows_one_per_sm && !crowded_whole_rows) ? 1 : 2;
     const int chunks = per_sm == 1 ? chunks_one : pipe_chunks<T>(s, 2, ring_two);
     // Many 16-bit whole rows of <= 64 KB go to the block kernel (2b.) instead: its blocks are not persistent,
     // so the hardware hands rows to SMs as they free up, and at >= ~16 rows per SM that outweighs the ring's
     // prefetch. H100 sweep through the op, s33, the block kernel (512 threads) vs the pipelined one, us, cold
     // / streamed: bf16 2048x32768 97.4 / 99.1-99.6 vs 98.7 / 105.1-107.0, 4096x32000 181.5 / 184.2-184.3 vs
     // 189.5 / 196.7-198.9; at ~8 rows per SM the pipelined kernel stays (1024x32768 52.4 / 54.2-54.3 vs
-    // 50.0 / 54.1-54.2; 1024x24576 38.9 / 39.2 vs 37.5 / 41.1-41.3). The threshold of 12 rows per SM, between
-    // those measured, is a guess.
+    // 50.0 / 54.1-54.2; 1024x24576 38.9 / 39.2 vs 37.5 / 41.1-41.3). The threshold, 12 rows per SM, is where
+    // the two timings disagree (s34, bf16 rows of 64 KB: 1584x32768 77.3 vs 76.2 / 78.7 vs 80.1; 10 rows per SM
+    // a tie streamed, 1320x32768 66.3 vs 63.3-64.6 / 67.3 vs 67.5; 14 the block kernel's, 1848x32768 88.6 vs 88.1
+    // / 90.9 vs 94.2).
     const bool many_short_whole_rows = sizeof(T) == 2 && per_sm == 2 && chunks == 1 &&
                                        s.len * int64_t(sizeof(T)) <= 64 * 1024 && s.rows >= 12 * int64_t(s.sms);
     if (chunks > 0 && !many_short_whole_rows) {

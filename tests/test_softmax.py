@@ -152,9 +152,9 @@ def test_many_whole_rows_cuda(dtype):
 @requires_cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
 def test_crowded_whole_rows_cuda(dtype):
-    # Rows that would fill all but 2 pieces of a one-block-per-SM ring, one row per SM and more: "auto" cuts
-    # them over two pipelined blocks per SM on sm_90 (bf16 / fp16 rows of 98296 elements, 192 KB less 16
-    # bytes; fp32 rows of half that length).
+    # Whole rows that would fill all but 2 pieces of a one-block-per-SM ring, one row per SM and more: on sm_90
+    # "auto" cuts 16-bit rows (98296 elements, 192 KB less 16 bytes) over two pipelined blocks per SM, and
+    # fp32 rows of the same bytes go to the dual kernel in two items.
     rows = torch.cuda.get_device_properties(0).multi_processor_count + 1
     _run_accuracy("cuda", dtype, "auto", (rows, 98296 if dtype.itemsize == 2 else 49144), -1, "contiguous")
 

@@ -339,7 +339,7 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
     const int per_sm = few_long_rows || (whole_rows_one_per_sm && !crowded_whole_rows) ? 1 : 2;
     const int chunks = per_sm == 1 ? chunks_one : pipe_chunks<T>(s, 2, ring_two);
     // Many 16-bit whole rows of <= 64 KB go to the block kernel (2b.) instead: its blocks are not persistent,
-    // so the hardware hands rows to SMs as they free up, and at >= ~16 rows per SM that outweighs the ring's
+    // so the hardware hands rows to SMs as they free up, and at >= ~12 rows per SM that outweighs the ring's
     // prefetch. H100 sweep through the op, s33, the block kernel (512 threads) vs the pipelined one, us, cold
     // / streamed: bf16 2048x32768 97.4 / 99.1-99.6 vs 98.7 / 105.1-107.0, 4096x32000 181.5 / 184.2-184.3 vs
     // 189.5 / 196.7-198.9; at ~8 rows per SM the pipelined kernel stays (1024x32768 52.4 / 54.2-54.3 vs

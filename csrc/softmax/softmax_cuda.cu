@@ -228,8 +228,10 @@ template <typename T> int stream_steps_per_chunk(int64_t len) {
 //                        blocks (registers + shared memory), one read of DRAM, cooperative persistent grid;
 //  4. streaming          everything left: "safe" 3 passes, "online" 2 passes, logsumexp 1 pass + finalize.
 // Before 2b and 3, on sm_90+: "auto", aligned rows beyond 512 threads take the dual-role kernel (0a.) for
-// fp32 rows too long for one ring, else the pipelined kernel (0.), whole or split into chunks (pipe_chunks),
-// one or two blocks per SM; logsumexp there takes the streaming reduce (4.) instead.
+// rows split over two or more rounds of items and for whole rows where rows fill the SMs (fp32 up to 192 KB,
+// 16-bit 80-128 KB), else the pipelined kernel (0.), whole or split into chunks (pipe_chunks), one or two
+// blocks per SM, except many 16-bit whole rows of <= 64 KB (2b.); logsumexp there takes the streaming reduce
+// (4.) instead.
 // FAE_SOFTMAX_CONFIG (softmax_plan.h) replaces this choice for benchmarks.
 template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const RowsShape& s) {
   using Traits = RowsTraits<T>;
@@ -268,15 +270,15 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
   //    us vs 50.9 / 55.1, and rows of 64-80 KB now fit two blocks per SM: bf16 1024x40960 65.5-65.7 / 68.3-69.1
   //    vs 70.5 / 71.9 one block per SM).
   // 0a. Dual-role (sm_90+, aligned, "auto", every output), chunks of <= 128 KB: rows the pipelined kernel would split
-  //     (at most one round per row), and whole rows of one item where rows fill the SMs (no exchange; fp32, and 16-bit
-  //     rows beyond two pipelined blocks per SM). H100 sweeps through the op, dual vs the pipelined plan (us): s17 fp32
-  //     8x4194304 117 vs 126, 128x262144 113 vs 119, 32x1000000 113 vs 136, 2048x65536 410 vs 421; s18 (2-3 rounds)
-  //     fp32 1024x32768 98.3-100.3 vs 101.5-102.7, 1024x24576 72.1-72.4 vs 77.0-77.2 (4096x32768 389-390 vs 384.5: the
-  //     one loss, 1.3 %); 16-bit split rows once the register role kept 8 loads in flight (s18, two rounds): bf16
-  //     128x262144 55.3-56.0 vs 61.0-61.2, 8x4194304 56.0-56.7 vs 64.0, 256x131072 56.0-56.7 vs 60.8-61.9, 512x131072
-  //     110 vs 118-120, fp16 alike. 16-bit whole rows of 80-128 KB too since s33 (below; s18 had 2048x65536 at 219 vs
-  //     200 with 16 register-role loads in flight), the shorter ones stay pipelined, and fp64 rows (its dual kernel
-  //     spills; not timed).
+  //     (at most one round per row), and whole rows where rows fill the SMs (fp32 rows of one or two items, 16-bit rows
+  //     of one item beyond two pipelined blocks per SM). H100 sweeps through the op, dual vs the pipelined plan (us):
+  //     s17 fp32 8x4194304 117 vs 126, 128x262144 113 vs 119, 32x1000000 113 vs 136, 2048x65536 410 vs 421; s18 (2-3
+  //     rounds) fp32 1024x32768 98.3-100.3 vs 101.5-102.7, 1024x24576 72.1-72.4 vs 77.0-77.2 (4096x32768 389-390 vs
+  //     384.5: the one loss, 1.3 %); 16-bit split rows once the register role kept 8 loads in flight (s18, two rounds):
+  //     bf16 128x262144 55.3-56.0 vs 61.0-61.2, 8x4194304 56.0-56.7 vs 64.0, 256x131072 56.0-56.7 vs 60.8-61.9,
+  //     512x131072 110 vs 118-120, fp16 alike. 16-bit whole rows of 80-128 KB too since s33 (below; s18 had 2048x65536
+  //     at 219 vs 200 with 16 register-role loads in flight), the shorter ones stay pipelined, and fp64 rows (its dual
+  //     kernel spills; not timed).
   if (auto_alg && s.pipe && threads > kSplitThreads) {
     // logsumexp keeps nothing for a store pass, so nothing need stay on chip: the streaming reduce (many
     // small blocks, all of the SM's warps folding) against the best of the pipelined and dual plans (one
@@ -535,7 +537,8 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
     if (pp.chunks > capacity) fail("more chunks per row than resident blocks");
     const auto work = split_workspace<T>(pp, p.x, s.rows, pp.chunks, stream);
     // Whole rounds of rows: a multiple of chunks blocks, so a row's chunks run in the same round.
-    const int64_t grid = pp.chunks == 1 ? std::min(s.rows, capacity) : std::min(capacity / pp.chunks, s.rows) * pp.chunks;
+    const int64_t grid =
+        pp.chunks == 1 ? std::min(s.rows, capacity) : std::min(capacity / pp.chunks, s.rows) * pp.chunks;
     launch_pipelined_rows<T>(pp, plan.threads, static_cast<int>(grid), stream);
     return;
   }
@@ -635,7 +638,8 @@ at::Tensor softmax_op(const at::Tensor& x, int64_t dim, c10::string_view algorit
   return run_softmax_op("flash_attn_ext.softmax", x, dim, algorithm, SoftmaxOutput::Softmax, false, softmax_cuda);
 }
 at::Tensor log_softmax_op(const at::Tensor& x, int64_t dim, c10::string_view algorithm) {
-  return run_softmax_op("flash_attn_ext.log_softmax", x, dim, algorithm, SoftmaxOutput::LogSoftmax, false, softmax_cuda);
+  return run_softmax_op("flash_attn_ext.log_softmax", x, dim, algorithm, SoftmaxOutput::LogSoftmax, false,
+                        softmax_cuda);
 }
 at::Tensor logsumexp_op(const at::Tensor& x, int64_t dim, bool keepdim) {
   return run_softmax_op("flash_attn_ext.logsumexp", x, dim, "auto", SoftmaxOutput::LogSumExp, keepdim, softmax_cuda);

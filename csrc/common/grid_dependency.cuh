@@ -13,8 +13,8 @@
 //                                     operations are visible: from here on reads see the previous kernel's
 //                                     output and writes cannot race its reads (the caching allocator may have
 //                                     handed this kernel a block the previous kernel still read).
-// Without the attribute (older devices, sm_80 code, cooperative launches) both are no-ops; code compiled for
-// sm_80 contains neither, which is why launch_kernel asks for early launch only for sm_90+ code.
+// Without the attribute (older devices, sm_80 code) both are no-ops; code compiled for sm_80 contains neither,
+// which is why launch_kernel asks for early launch only for sm_90+ code.
 namespace flash_attn_ext {
 
 __device__ __forceinline__ void begin_dependent_grid() {

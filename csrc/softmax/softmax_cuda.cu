@@ -14,6 +14,8 @@
 #include <type_traits>
 
 #include "common/cuda_check.h"
+#include "common/grid_dependency.cuh"
+#include "common/kernel_launch.h"
 #include "softmax/softmax_launch.h"
 #include "softmax/softmax_plan.h"
 #include "softmax/softmax_problem.h"
@@ -58,20 +60,34 @@ bool stream_capturing(cudaStream_t stream) {
   return status != cudaStreamCaptureStatusNone;
 }
 
+// Zeroes n 16-byte words. Shape: any grid of kZeroThreads-thread blocks; thread i of the grid writes words i,
+// i + grid threads, ... An early launch (kernel_launch.h): it waits for the kernel before it, and the split
+// launch after it starts while it runs.
+constexpr int kZeroThreads = 256;
+__global__ void zero_words_kernel(uint4* words, int64_t n) {
+  begin_dependent_grid();
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    words[i] = make_uint4(0, 0, 0, 0);
+  }
+}
+
 // Workspace of a split-row launch (split, pipelined, dual kernels): 16 bytes of partial per item
 // (RowExchange), from the caching allocator. Float accumulators need nothing else: each launch's tag marks
 // its own partials, so the eager path enqueues only the kernel. Under graph capture every replay would
-// carry the same tag, so there a memset zeroes the partials first (zero is never a published word).
-// Double accumulators add one counter per row (128-byte aligned), which the same memset zeroes on every
-// launch. Why a memset where one is needed: at::zeros launched a fill kernel, ~2 us more per call than
-// cudaMemsetAsync on the H100 (s17).
+// carry the same tag, so there zero_words_kernel zeroes the partials first (zero is never a published word).
+// Double accumulators add one counter per row (128-byte aligned), which it zeroes on every launch. Why a
+// kernel of our own: early-launched on both sides, it overlaps the kernels around it, where a memset node
+// (what this was until session 35) ends one early-launch chain and starts another: bf16 split rows
+// 59.2 -> 58.0 us streamed (NOTES "s35 call 1"); at::zeros, a fill kernel launched plainly, had cost ~2 us
+// more per call than the memset (s17).
 template <typename T> struct SplitWorkspace {
   at::Tensor buffer;
   RowExchange exchange{};
   SplitWorkspace(const at::Tensor& x, int64_t rows, int64_t items, cudaStream_t stream) {
     constexpr bool kCounted = std::is_same_v<acc_t<T>, double>;
     const int64_t part_bytes = round_up(16 * items, 128);
-    const int64_t bytes = part_bytes + (kCounted ? rows * static_cast<int64_t>(sizeof(int)) : 0);
+    const int64_t bytes = round_up(part_bytes + (kCounted ? rows * static_cast<int64_t>(sizeof(int)) : 0), 16);
     buffer = at::empty({bytes}, x.options().dtype(at::kByte));
     char* base = static_cast<char*>(buffer.data_ptr());
     exchange.partials = reinterpret_cast<uint64_t*>(base);
@@ -81,7 +97,9 @@ template <typename T> struct SplitWorkspace {
       exchange.tag = next_exchange_tag();
     }
     if (kCounted || stream_capturing(stream)) {
-      FAE_CUDA_CHECK(cudaMemsetAsync(base, 0, static_cast<size_t>(bytes), stream));
+      const int64_t words = bytes / 16;
+      launch_kernel(zero_words_kernel, grid_for(std::min<int64_t>(ceil_div(words, kZeroThreads), 1024)),
+                    kZeroThreads, 0, stream, LaunchKind::Plain, reinterpret_cast<uint4*>(base), words);
     }
   }
 };

@@ -159,6 +159,29 @@ def test_crowded_whole_rows_cuda(dtype):
     _run_accuracy("cuda", dtype, "auto", (rows, 98296 if dtype.itemsize == 2 else 49144), -1, "contiguous")
 
 
+@pytest.mark.cuda
+@requires_cuda
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_whole_rows_head_and_tail_cuda(dtype):
+    # 16-bit rows of 64 KB, 6 per SM and 7 more: on sm_90 "auto" runs them on the pipelined kernel (two blocks
+    # per SM) as two launches, a head of 3 whole rounds and a tail of 7 rows whose blocks start in the slots the
+    # head frees and wait for the head before they end (GridOrder, softmax_launch.h). The chain consumes each
+    # output at once, so a tail that read its input early or ended before the head fails here.
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    shape = (6 * sms + 7, 32768)
+    _run_accuracy("cuda", dtype, "auto", shape, -1, "contiguous")
+    x = make_input(shape, dtype, "cuda")
+    ref, base, y = x.double(), x, x
+    for step in range(4):
+        if step % 2 == 0:
+            y, ref, base = fae.softmax(y, -1), softmax_ref(ref, -1), torch.softmax(base, -1)
+        else:
+            y, ref, base = fae.log_softmax(y, -1), log_softmax_ref(ref, -1), torch.log_softmax(base, -1)
+    check_against_reference(y, ref, base, dtype, "softmax / log_softmax chain")
+    poison("cuda", shape[0] * x.element_size())
+    check_against_reference(fae.logsumexp(x, -1), logsumexp_ref(x, -1), torch.logsumexp(x, -1), dtype, "logsumexp")
+
+
 @pytest.mark.parametrize("keepdim", [False, True])
 @pytest.mark.parametrize("shape, dim, layout", [p for p in _cases(CASES) if p.values[2] != "transposed"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)

@@ -17,11 +17,19 @@
 // which is why launch_kernel asks for early launch only for sm_90+ code.
 namespace flash_attn_ext {
 
-__device__ __forceinline__ void begin_dependent_grid() {
+__device__ __forceinline__ void launch_dependent_grids() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wait_for_prerequisite_grids() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
+}
+__device__ __forceinline__ void begin_dependent_grid() {
+  launch_dependent_grids();
+  wait_for_prerequisite_grids();
 }
 
 }  // namespace flash_attn_ext

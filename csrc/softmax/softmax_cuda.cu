@@ -117,6 +117,21 @@ std::optional<SplitWorkspace<T>> split_workspace(Params& params, const at::Tenso
   return work;
 }
 
+// Whole rows on the pipelined kernel whose last round would be part-filled run as two launches (GridOrder,
+// softmax_launch.h) once each block of the head holds at least this many bytes of rows. Why: a persistent
+// grid hands every block its rows up front, and a round's rows end as unevenly as the SMs stream (some SMs
+// read ~20 % faster, s23), so the last round's rows went to whichever blocks had them, slow or fast, and the
+// call ended on the slowest (PM sampling, s34: ~6-7 us of a bf16 1024x32768 call in a 12 us tail of stores).
+// The tail's blocks take the slots the head's blocks free first. A tail row starts with an empty ring (no
+// lookahead), which costs more than the balance gains after two rounds of 64 KB rows. H100 sweeps through
+// the op, us streamed / cold, without -> with the tail (NOTES "s35 calls 2-3"): bf16 1024x32768 53.8-54.3 /
+// 50.4 -> 52.2 / 49.6-49.9, 1000x32768 53.3 / 48.5 -> 51.0 / 49.0, 1300x32768 67.1-67.4 / 62.3-63.0 -> 64.2-64.4
+// / 61.6-61.8, 1400x32768 74.2-75.5 / 67.0 -> 69.5-70.1 / 67.0, 1024x40960 68.4-69.0 / 65.6-65.9 -> 65.0 /
+// 62.6-63.0, fp16 1024x32768 54.1-54.6 / 50.3 -> 52.3 / 49.5, 400x90112 (one block per SM) 68.5-69.2 / 72.6-73.2
+// -> 65.9-66.7 / 67.8-68.5; even: 800x32768 (a tail of 8), fp16 512x90112 (+1 us cold); two rounds of 64 KB,
+// 600x32768, lost 1.5 us cold, so below this size the grid stays one launch.
+constexpr int64_t kTailMinHeadBlockBytes = 192 * 1024;
+
 // Shape facts the plan depends on.
 struct RowsShape {
   int64_t rows;
@@ -286,7 +301,8 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
   //    exchange overlap the other's (bf16 1024x32768 49 us vs 60 one block, 128x262144 62 vs 67). Half is 7
   //    pieces since s33 (was 6; sweep through the op, cold / streamed: bf16 1024x32768 49.9-50.4 / 53.8-54.6
   //    us vs 50.9 / 55.1, and rows of 64-80 KB now fit two blocks per SM: bf16 1024x40960 65.5-65.7 / 68.3-69.1
-  //    vs 70.5 / 71.9 one block per SM).
+  //    vs 70.5 / 71.9 one block per SM). Whole rows whose last round would be part-filled run as a head and a
+//    tail launch (kTailMinHeadBlockBytes, since s35).
   // 0a. Dual-role (sm_90+, aligned, "auto", every output), chunks of <= 128 KB: rows the pipelined kernel would split
   //     (at most one round per row), and whole rows where rows fill the SMs (fp32 rows of one or two items, 16-bit rows
   //     of one item beyond two pipelined blocks per SM). H100 sweeps through the op, dual vs the pipelined plan (us):
@@ -557,6 +573,22 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
     // Whole rounds of rows: a multiple of chunks blocks, so a row's chunks run in the same round.
     const int64_t grid =
         pp.chunks == 1 ? std::min(s.rows, capacity) : std::min(capacity / pp.chunks, s.rows) * pp.chunks;
+    // Whole rows whose last round would be part-filled: a head of whole rounds and a tail launch (GridOrder).
+    const int64_t tail_rows = pp.chunks == 1 && s.rows > grid ? s.rows % grid : 0;
+    const int64_t head_block_bytes = (s.rows / grid) * s.len * static_cast<int64_t>(sizeof(T));
+    if (tail_rows > 0 && head_block_bytes >= kTailMinHeadBlockBytes) {
+      const int64_t head_rows = s.rows - tail_rows;
+      PipeParams<T> tail = pp;
+      pp.rows = head_rows;
+      pp.order = GridOrder::Head;
+      tail.rows = tail_rows;
+      tail.x = x + head_rows * s.len;
+      tail.y = y + (p.output == SoftmaxOutput::LogSumExp ? head_rows : head_rows * s.len);
+      tail.order = GridOrder::Tail;
+      launch_pipelined_rows<T>(pp, plan.threads, static_cast<int>(grid), stream);
+      launch_pipelined_rows<T>(tail, plan.threads, static_cast<int>(tail_rows), stream);
+      return;
+    }
     launch_pipelined_rows<T>(pp, plan.threads, static_cast<int>(grid), stream);
     return;
   }

@@ -75,6 +75,14 @@ constexpr int kPipeMaxPieces = 32;
 constexpr int kPipeStaticSmemBytes = 1024;
 // Block size bound: up to 128 registers per thread, so the groups of fp64 vectors stay out of local memory.
 constexpr int kPipeMaxThreads = 512;
+// How a pipelined launch orders itself against the grids around it (grid_dependency.cuh). Whole rows whose
+// count leaves the persistent grid's last round part-filled run as two launches: a head of whole rounds and a
+// tail of one block per remaining row, whose blocks the hardware places in the slots the head's blocks free
+// first. Plain: launch the next grid, then wait for the previous one (every other launch). Head: wait, then
+// launch the tail, so the tail starts only once everything before the head is complete. Tail: launch the next
+// grid and start at once (its input is complete, see Head; its rows are disjoint from the head's), and wait
+// for the head only before exiting, so a grid after the tail that waits for it also waits for the head.
+enum class GridOrder : int { Plain, Head, Tail };
 template <typename T> struct PipeParams {
   const T* x;
   T* y;
@@ -86,6 +94,7 @@ template <typename T> struct PipeParams {
   int ring_pieces;         // <= kPipeMaxPieces, >= pieces of one item + 1
   SoftmaxOutput output;
   RowExchange exchange;    // chunks > 1 only
+  GridOrder order;
 };
 
 // Rows that do not fit on chip: separate passes over global memory. Items are (row, chunk) pairs.

@@ -245,11 +245,19 @@ __device__ __forceinline__ void ring_items(const PipeParams<T>& p, int64_t first
 // Shape: persistent grid, block b takes items b, b + gridDim.x, ... (the host makes gridDim.x a multiple of
 // chunks, so each round of items holds whole rows and a row's chunks run side by side), as ring_items walks
 // them with the whole block. Block: a multiple of 32 threads, at most kPipeMaxThreads. Dynamic shared
-// memory: the ring, ring_pieces * piece_elems elements.
+// memory: the ring, ring_pieces * piece_elems elements. p.order: how the launch orders itself against the
+// grids before and after it (GridOrder: a head and a tail of whole rows, or neither).
 template <typename T>
 __global__ void __launch_bounds__(kPipeMaxThreads, 1) softmax_pipelined_rows_kernel(const PipeParams<T> p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  begin_dependent_grid();
+  if (p.order == GridOrder::Head) {
+    wait_for_prerequisite_grids();
+    launch_dependent_grids();
+  } else if (p.order == GridOrder::Tail) {
+    launch_dependent_grids();
+  } else {
+    begin_dependent_grid();
+  }
   extern __shared__ __align__(128) uint4 ring[];
   __shared__ uint64_t bars[kPipeMaxPieces];
   __shared__ OnlineState<acc_t<T>> s_state[kRowScratch];
@@ -257,6 +265,7 @@ __global__ void __launch_bounds__(kPipeMaxThreads, 1) softmax_pipelined_rows_ker
                 "pipe_ring_pieces sets aside kPipeStaticSmemBytes for these");
   init_ring_barriers(bars, p.ring_pieces);
   ring_items<T>(p, blockIdx.x, gridDim.x, BlockTeam{}, ring, bars, s_state);
+  if (p.order == GridOrder::Tail) wait_for_prerequisite_grids();
 #endif
 }
 

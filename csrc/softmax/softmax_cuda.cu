@@ -302,7 +302,7 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
   //    pieces since s33 (was 6; sweep through the op, cold / streamed: bf16 1024x32768 49.9-50.4 / 53.8-54.6
   //    us vs 50.9 / 55.1, and rows of 64-80 KB now fit two blocks per SM: bf16 1024x40960 65.5-65.7 / 68.3-69.1
   //    vs 70.5 / 71.9 one block per SM). Whole rows whose last round would be part-filled run as a head and a
-//    tail launch (kTailMinHeadBlockBytes, since s35).
+  //    tail launch (kTailMinHeadBlockBytes, since s35).
   // 0a. Dual-role (sm_90+, aligned, "auto", every output), chunks of <= 128 KB: rows the pipelined kernel would split
   //     (at most one round per row), and whole rows where rows fill the SMs (fp32 rows of one or two items, 16-bit rows
   //     of one item beyond two pipelined blocks per SM). H100 sweeps through the op, dual vs the pipelined plan (us):

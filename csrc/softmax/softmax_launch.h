@@ -80,8 +80,9 @@ constexpr int kPipeMaxThreads = 512;
 // tail of one block per remaining row, whose blocks the hardware places in the slots the head's blocks free
 // first. Plain: launch the next grid, then wait for the previous one (every other launch). Head: wait, then
 // launch the tail, so the tail starts only once everything before the head is complete. Tail: launch the next
-// grid and start at once (its input is complete, see Head; its rows are disjoint from the head's), and wait
-// for the head only before exiting, so a grid after the tail that waits for it also waits for the head.
+// grid and start at once (its input is complete, see Head, and it reads it by bulk copies, through L2; its
+// rows are disjoint from the head's), and wait for the head only before exiting, so a grid after the tail
+// that waits for it also waits for the head.
 enum class GridOrder : int { Plain, Head, Tail };
 template <typename T> struct PipeParams {
   const T* x;

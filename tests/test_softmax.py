@@ -154,9 +154,12 @@ def test_many_whole_rows_cuda(dtype):
 def test_crowded_whole_rows_cuda(dtype):
     # Whole rows that would fill all but 2 pieces of a one-block-per-SM ring, one row per SM and more: on sm_90
     # "auto" cuts 16-bit rows (98296 elements, 192 KB less 16 bytes) over two pipelined blocks per SM, and
-    # fp32 rows of the same bytes go to the dual kernel in two items.
-    rows = torch.cuda.get_device_properties(0).multi_processor_count + 1
-    _run_accuracy("cuda", dtype, "auto", (rows, 98296 if dtype.itemsize == 2 else 49144), -1, "contiguous")
+    # fp32 rows of the same bytes go to the dual kernel in two items. So are 16-bit rows of 160 KB at 2.5 rows
+    # per SM (few rounds of whole rows).
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    _run_accuracy("cuda", dtype, "auto", (sms + 1, 98296 if dtype.itemsize == 2 else 49144), -1, "contiguous")
+    if dtype.itemsize == 2:
+        _run_accuracy("cuda", dtype, "auto", (sms * 5 // 2, 81920), -1, "contiguous")
 
 
 @pytest.mark.cuda
@@ -499,10 +502,12 @@ def test_torch_compile_with_grad_raises_only_in_backward(device):
 @requires_cuda
 @pytest.mark.parametrize("shape, dim, dtype", [((64, 1000), -1, torch.float32), ((2, 1_000_003), -1, torch.float32),
                                                ((4097, 7), 0, torch.float32), ((16, 262_144), -1, torch.float32),
-                                               ((16, 262_144), -1, torch.bfloat16)])
+                                               ((16, 262_144), -1, torch.bfloat16),
+                                               ((1024, 32768), -1, torch.bfloat16)])
 def test_cuda_graph_capture_replay(shape, dim, dtype):
     # Replayed twice on fresh inputs: a split-row launch's exchange workspace must be ready again for the
-    # second replay (the captured kernel cannot take a new tag; split_exchange.cuh).
+    # second replay (the captured kernel cannot take a new tag; split_exchange.cuh). 1024 bf16 rows of 64 KB:
+    # on the H100's 132 SMs softmax runs them as a pipelined head and tail (GridOrder), two captured kernels.
     static_x = make_input(shape, dtype, "cuda")
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())

@@ -372,7 +372,19 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
     // 144 KB (512x73728 64.0 vs 63.2 / 68.0 vs 64.3).
     const bool crowded_whole_rows = sizeof(T) == 2 && whole_rows_one_per_sm &&
                                     ceil_div(s.len * int64_t(sizeof(T)), int64_t(kPipePieceBytes)) > ring_one - 3;
-    const int per_sm = few_long_rows || (whole_rows_one_per_sm && !crowded_whole_rows) ? 1 : 2;
+    // So are 16-bit whole rows of 128-176 KB at 2.25-3.25 rows per SM, whose last round one block per SM
+    // leaves part-filled after too few rounds for the tail launch to even it out. H100 sweep through the op,
+    // s35 (calls 2, 3, 5), two blocks per SM vs one, us, streamed / cold: bf16 300x73728 43.2-44.8 vs 47.3-47.5
+    // / 43.0-44.3 vs 47.9-48.0, 350x73728 47.1-47.6 vs 50.8 / 45.2-45.3 vs 50.7-50.8, 350x81920 51.1-51.6 vs 56.5
+    // / 48.9-49.3 vs 56.0-56.1, 300x90112 52.3 vs 56.7 / 49.9-50.0 vs 56.5-56.6, 350x90112 55.6-56.2 vs
+    // 61.2-61.3 / 54.2-54.3 vs 60.9-61.1, fp16 400x90112 63.8-65.0 vs 65.9-66.7 / 61.9-63.4 vs 67.8-68.5. Outside
+    // it one block per SM stays: at ~1.9-2 rows per SM (bf16 250x73728 33.3-33.5 vs 36.7-36.9 / 33.1-33.4 vs
+    // 35.2-35.4, fp16 264x90112 42.1-42.3 vs 43.2-43.9), at 3.4 mixed (bf16 450x73728 61.7-62.1 vs 63.1-63.9
+    // streamed, 450x81920 65.8-66.5 vs 67.9-68.0) and at 3.9 (s34: 512x73728 63.2 / 64.3 vs 64.0 / 68.0).
+    const bool few_rounds_whole_rows = sizeof(T) == 2 && whole_rows_one_per_sm && 4 * s.rows >= 9 * int64_t(s.sms) &&
+                                       4 * s.rows < 13 * int64_t(s.sms);
+    const int per_sm =
+        few_long_rows || (whole_rows_one_per_sm && !crowded_whole_rows && !few_rounds_whole_rows) ? 1 : 2;
     const int chunks = per_sm == 1 ? chunks_one : pipe_chunks<T>(s, 2, ring_two);
     // Many 16-bit whole rows of <= 64 KB go to the block kernel (2b.) instead: its blocks are not persistent,
     // so the hardware hands rows to SMs as they free up, and at >= ~12 rows per SM that outweighs the ring's

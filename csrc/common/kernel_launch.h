@@ -22,7 +22,8 @@ namespace flash_attn_ext {
 
 enum class LaunchKind { Plain, Cooperative };
 
-// `kernel` must call begin_dependent_grid() before touching global memory (see above).
+// `kernel` must call begin_dependent_grid() before touching global memory (see above), or order itself as
+// a head / tail pair does (GridOrder, softmax/softmax_launch.h: a tail waits for its head only at its end).
 template <typename... Params, typename... Args>
 void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
                    LaunchKind kind, Args&&... args) {

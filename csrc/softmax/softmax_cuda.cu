@@ -620,6 +620,12 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
     if (dual_blocks_per_sm<T>(pipe_smem_bytes(pp)) < 1) fail("the block cannot be resident");
     if (pp.chunks > s.sms) fail("more chunks per row than SMs");
     const auto work = split_workspace<T>(pp, p.x, s.rows, pp.chunks, stream);
+    // Two schedules for 16-bit split rows (softmax_dual.cuh). H100 sweeps through the op, us, without -> with,
+    // streamed / cold (NOTES "s36 call 8"): bf16 128x262144 58.2-58.3 / 50.0-50.7 -> 55.9-56.4 / 49.1-49.8,
+    // 8x4194304 58.7-58.9 / 51.8-51.9 -> 55.8-56.2 / 51.0-51.3, 256x131072 57.7-58.0 -> 55.5-55.8 streamed,
+    // 32x1000000 57.0-57.4 -> 55.0-55.3, fp16 8x4194304 59.6-59.7 -> 56.2-56.7. fp32 split rows did not move and
+    // fp32 whole rows lost 4 us (1024x32768 96.7-96.9 -> 100.1-100.9 streamed, "s36 call 7"), so 16-bit only.
+    pp.alternate_groups = sizeof(T) == 2 && pp.chunks > 1;
     // One block per SM, whole rounds of rows (a multiple of chunks blocks).
     const int64_t grid = std::min<int64_t>(s.sms / pp.chunks, s.rows) * pp.chunks;
     launch_dual_rows<T>(pp, static_cast<int>(grid), stream);

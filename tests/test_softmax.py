@@ -165,6 +165,18 @@ def test_crowded_whole_rows_cuda(dtype):
 @pytest.mark.cuda
 @requires_cuda
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_split_rows_alternate_groups_cuda(dtype):
+    # 16-bit rows of 512 KB over two rounds of the GPU and part of a third: on sm_90 "auto" runs them on the dual
+    # kernel in chunks of at most 128 KB, and every other group of a row's blocks runs the kernel's two item
+    # chains the other way round (alternate_groups, softmax_dual.cuh). A row whose chunks met in different
+    # chains, or a chain that skipped or repeated an item, fails here.
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    _run_accuracy("cuda", dtype, "auto", (sms // 2 + 5, 262144), -1, "contiguous")
+
+
+@pytest.mark.cuda
+@requires_cuda
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 def test_whole_rows_head_and_tail_cuda(dtype):
     # 16-bit rows of 64 KB, 6 per SM and 7 more: on sm_90 "auto" runs them on the pipelined kernel (two blocks
     # per SM) as two launches, a head of 3 whole rounds and a tail of 7 rows whose blocks start in the slots the

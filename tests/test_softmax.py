@@ -168,7 +168,7 @@ def test_crowded_whole_rows_cuda(dtype):
 def test_split_rows_alternate_groups_cuda(dtype):
     # 16-bit rows of 512 KB over two rounds of the GPU and part of a third: on sm_90 "auto" runs them on the dual
     # kernel in chunks of at most 128 KB, and every other group of a row's blocks runs the kernel's two item
-    # chains the other way round (alternate_groups, softmax_dual.cuh). A row whose chunks met in different
+    # chains the other way round (the swapped groups, softmax_dual.cuh). A row whose chunks met in different
     # chains, or a chain that skipped or repeated an item, fails here.
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     _run_accuracy("cuda", dtype, "auto", (sms // 2 + 5, 262144), -1, "contiguous")

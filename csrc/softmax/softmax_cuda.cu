@@ -136,6 +136,7 @@ constexpr int64_t kTailMinHeadBlockBytes = 192 * 1024;
 struct RowsShape {
   int64_t rows;
   int64_t len;
+  int64_t row_bytes;  // len * sizeof(T)
   int64_t nv;     // 16-byte vectors per row, ceil(len / kVec)
   bool aligned;   // 16-byte vector access: x, y and the row length in bytes multiples of 16
   int sms;
@@ -193,7 +194,7 @@ template <typename T> int64_t pipe_chunk_elems(int64_t len, int chunks, int ring
 // resident blocks (a row's chunks must be co-resident) minimizing chunking_cost, ties to more chunks (a deeper
 // prefetch), with chunks cut as pipe_chunk_elems cuts them. 0 when rows are too long for any count.
 template <typename T> int pipe_chunks(const RowsShape& s, int per_sm, int ring_pieces) {
-  const int64_t row_bytes = s.len * static_cast<int64_t>(sizeof(T));
+  const int64_t row_bytes = s.row_bytes;
   const int64_t max_chunk = int64_t(ring_pieces - 2) * kPipePieceBytes;
   const int64_t blocks = int64_t(s.sms) * per_sm;
   if (max_chunk <= 0) return 0;
@@ -371,7 +372,7 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
     // vs 77.4 / 80.0-80.1 vs 78.4), as do those of 160 KB (1024x81920 131.8 vs 130.7 / 136.8 vs 134.3) and
     // 144 KB (512x73728 64.0 vs 63.2 / 68.0 vs 64.3).
     const bool crowded_whole_rows = sizeof(T) == 2 && whole_rows_one_per_sm &&
-                                    ceil_div(s.len * int64_t(sizeof(T)), int64_t(kPipePieceBytes)) > ring_one - 3;
+                                    ceil_div(s.row_bytes, int64_t(kPipePieceBytes)) > ring_one - 3;
     // So are 16-bit whole rows of 128-176 KB at 2.25-3.25 rows per SM, whose last round one block per SM
     // leaves part-filled after too few rounds for the tail launch to even it out. H100 sweep through the op,
     // s35 (calls 2, 3, 5), two blocks per SM vs one, us, streamed / cold: bf16 300x73728 43.2-44.8 vs 47.3-47.5
@@ -396,7 +397,7 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
     // a tie streamed, 1320x32768 66.3 vs 63.3-64.6 / 67.3 vs 67.5; 14 the block kernel's, 1848x32768 88.6 vs 88.1
     // / 90.9 vs 94.2).
     const bool many_short_whole_rows = sizeof(T) == 2 && per_sm == 2 && chunks == 1 &&
-                                       s.len * int64_t(sizeof(T)) <= 64 * 1024 && s.rows >= 12 * int64_t(s.sms);
+                                       s.row_bytes <= 64 * 1024 && s.rows >= 12 * int64_t(s.sms);
     if (chunks > 0 && !many_short_whole_rows) {
       plan.kind = RowsKind::Pipe;
       plan.threads = pipe_threads<T>();
@@ -587,7 +588,7 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
         pp.chunks == 1 ? std::min(s.rows, capacity) : std::min(capacity / pp.chunks, s.rows) * pp.chunks;
     // Whole rows whose last round would be part-filled: a head of whole rounds and a tail launch (GridOrder).
     const int64_t tail_rows = pp.chunks == 1 && s.rows > grid ? s.rows % grid : 0;
-    const int64_t head_block_bytes = (s.rows / grid) * s.len * static_cast<int64_t>(sizeof(T));
+    const int64_t head_block_bytes = (s.rows / grid) * s.row_bytes;
     if (tail_rows > 0 && head_block_bytes >= kTailMinHeadBlockBytes) {
       const int64_t head_rows = s.rows - tail_rows;
       PipeParams<T> tail = pp;
@@ -620,12 +621,6 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
     if (dual_blocks_per_sm<T>(pipe_smem_bytes(pp)) < 1) fail("the block cannot be resident");
     if (pp.chunks > s.sms) fail("more chunks per row than SMs");
     const auto work = split_workspace<T>(pp, p.x, s.rows, pp.chunks, stream);
-    // Two schedules for 16-bit split rows (softmax_dual.cuh). H100 sweeps through the op, us, without -> with,
-    // streamed / cold (NOTES "s36 call 8"): bf16 128x262144 58.2-58.3 / 50.0-50.7 -> 55.9-56.4 / 49.1-49.8,
-    // 8x4194304 58.7-58.9 / 51.8-51.9 -> 55.8-56.2 / 51.0-51.3, 256x131072 57.7-58.0 -> 55.5-55.8 streamed,
-    // 32x1000000 57.0-57.4 -> 55.0-55.3, fp16 8x4194304 59.6-59.7 -> 56.2-56.7. fp32 split rows did not move and
-    // fp32 whole rows lost 4 us (1024x32768 96.7-96.9 -> 100.1-100.9 streamed, "s36 call 7"), so 16-bit only.
-    pp.alternate_groups = sizeof(T) == 2 && pp.chunks > 1;
     // One block per SM, whole rounds of rows (a multiple of chunks blocks).
     const int64_t grid = std::min<int64_t>(s.sms / pp.chunks, s.rows) * pp.chunks;
     launch_dual_rows<T>(pp, static_cast<int>(grid), stream);
@@ -669,16 +664,18 @@ template <typename T> void softmax_cuda_typed(const SoftmaxProblem& p, cudaStrea
     return;
   }
   const cudaDeviceProp* prop = at::cuda::getCurrentDeviceProperties();
+  const int64_t row_bytes = p.len * static_cast<int64_t>(sizeof(T));
   RowsShape s{p.outer,
-                    p.len,
-                    ceil_div(p.len, RowsTraits<T>::kVec),
-                    aligned16(x) && aligned16(y) && (p.len * static_cast<int64_t>(sizeof(T))) % 16 == 0,
-                    prop->multiProcessorCount,
-                    prop->sharedMemPerBlockOptin,
-                    prop->sharedMemPerMultiprocessor,
-                    prop->reservedSharedMemPerBlock,
-                    false,
-                    false};
+              p.len,
+              row_bytes,
+              ceil_div(p.len, RowsTraits<T>::kVec),
+              aligned16(x) && aligned16(y) && row_bytes % 16 == 0,
+              prop->multiProcessorCount,
+              prop->sharedMemPerBlockOptin,
+              prop->sharedMemPerMultiprocessor,
+              prop->reservedSharedMemPerBlock,
+              false,
+              false};
   s.pipe = s.aligned && pipe_supported<T>();
   s.dual = s.aligned && dual_supported<T>();
   const RowsPlan* forced = forced_rows_plan();

@@ -187,13 +187,13 @@ __device__ __forceinline__ void register_items(const PipeParams<T>& p, int64_t f
 // Shape: persistent grid of one block per SM, gridDim.x a multiple of p.chunks (round k = items
 // [k * gridDim.x, (k + 1) * gridDim.x) holds whole rows); items of at most kDualMaxItemBytes and of at most
 // p.ring_pieces pieces. Block: kThreads = the ring role (threads [0, 128), rounds 0, 2, 4, ...) + the
-// register role (threads [128, 640), rounds 1, 3, 5, ...), the other way round in the odd row groups of
-// p.alternate_groups (blocks [k * chunks, (k + 1) * chunks), k odd). Dynamic shared memory: the ring.
+// register role (threads [128, 640), rounds 1, 3, 5, ...), the other way round in the odd row groups of 16-bit
+// split rows (blocks [k * chunks, (k + 1) * chunks), k odd). Dynamic shared memory: the ring.
 // Deadlock freedom: each role's items ascend and its rows' chunks lie in one of its rounds (a row's chunks
-// lie in one row group, so with p.alternate_groups too they meet in the same role), so the induction of
+// lie in one row group, so in the swapped groups too they meet in the same role), so the induction of
 // reduce_row_state holds per role; the roles wait on nothing of each other's except the start barrier, which
 // the ring role passes while folding its first item, before any exchange (every block has one: gridDim.x <=
-// items; the odd groups of p.alternate_groups have no start barrier).
+// items; the swapped groups have no start barrier).
 // kSoftmaxOnly: launched for p.output == Softmax only, with the log_softmax and logsumexp epilogues compiled
 // out. Why: the kernel is large (bf16: 5656 SASS instructions), and after a large kernel (a torch reduction,
 // a GEMM) has evicted it from the SMs' instruction caches, a call ran 2-4 us slower; 750 fewer instructions
@@ -208,14 +208,14 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_dual_rows_kernel(const Pi
   __shared__ OnlineState<acc_t<T>> s_ring[kRowScratch], s_reg[kRowScratch];
   pipe::init_ring_barriers(bars, p.ring_pieces);
   const int64_t step = 2 * static_cast<int64_t>(gridDim.x);
-  // p.alternate_groups (16-bit split rows): in the odd row groups the register role takes the even rounds and
-  // the ring role the odd ones, and both start at once. Why: with one schedule every block starts the same work
-  // at the same moment, so the SMs fold (the exp unit at 70-93 %) and store into L2 in lockstep while none of
-  // them reads, and DRAM idled for ~3 us at a time (PM sampling of bf16 128x262144, NOTES "s36 call 5"). Two
-  // schedules de-phase them: bf16 split rows 2-3 us faster streamed, 0.5-1 us cold ("s36 calls 7-8"); a start
-  // delay of 2 us for the odd groups instead gained as much streamed but lost 1 us cold ("s36 call 6"), and the
-  // ring role waiting for the register role's first loads there lost 3-5 us ("s36 call 7").
-  const bool swapped = sizeof(T) == 2 && p.alternate_groups && (blockIdx.x / p.chunks) % 2 == 1;
+  // 16-bit split rows: in the odd row groups the register role takes the even rounds and the ring role the odd
+  // ones, and both start at once. Why: with one schedule every block starts the same work at the same moment,
+  // so the SMs fold and store into L2 in lockstep while none of them reads, and DRAM idled for ~3 us at a time
+  // (PM sampling of bf16 128x262144, NOTES "s36 call 5"). Two schedules de-phase them: bf16 split rows 2-3 us
+  // faster streamed, 0.5-1 us cold ("s36 calls 7-8"); a start delay of 2 us for the odd groups instead gained as
+  // much streamed but lost 1 us cold ("s36 call 6"), and the ring role waiting for the register role's first
+  // loads there lost 3-5 us ("s36 call 7"). fp32 split rows did not move, and fp32 whole rows lost 4 us.
+  const bool swapped = sizeof(T) == 2 && p.chunks > 1 && (blockIdx.x / p.chunks) % 2 == 1;
   if (threadIdx.x < kRingThreads) {
     pipe::ring_items<T, true, kRingWindow, kSoftmaxOnly>(
         p, swapped ? blockIdx.x + gridDim.x : blockIdx.x, step, RoleTeam{0, kRingThreads, kRingBarrier}, ring, bars,

@@ -96,9 +96,6 @@ template <typename T> struct PipeParams {
   SoftmaxOutput output;
   RowExchange exchange;    // chunks > 1 only
   GridOrder order;
-  // Dual kernel, split rows: the odd row groups (blocks [k * chunks, (k + 1) * chunks) for odd k) run the two
-  // roles' rounds the other way round (softmax_dual.cuh).
-  bool alternate_groups;
 };
 
 // Rows that do not fit on chip: separate passes over global memory. Items are (row, chunk) pairs.

@@ -195,7 +195,7 @@ __device__ __forceinline__ void register_items(const PipeParams<T>& p, int64_t f
 // the ring role passes while folding its first item, before any exchange (every block has one: gridDim.x <=
 // items; the swapped groups have no start barrier).
 // kSoftmaxOnly: launched for p.output == Softmax only, with the log_softmax and logsumexp epilogues compiled
-// out. Why: the kernel is large (bf16: 5656 SASS instructions), and after a large kernel (a torch reduction,
+// out. Why: the kernel is large (bf16: 5560 SASS instructions at bfebd52, 5656 in s22), and after a large kernel (a torch reduction,
 // a GEMM) has evicted it from the SMs' instruction caches, a call ran 2-4 us slower; 750 fewer instructions
 // took 1.2-1.7 us of that back (H100 probe after a 10k-instruction kernel, bf16 split rows, NOTES "s22 run
 // 10"; 0.5-1.3 us slower when the code is still cached).

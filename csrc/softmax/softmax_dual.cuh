@@ -195,10 +195,10 @@ __device__ __forceinline__ void register_items(const PipeParams<T>& p, int64_t f
 // the ring role passes while folding its first item, before any exchange (every block has one: gridDim.x <=
 // items; the swapped groups have no start barrier).
 // kSoftmaxOnly: launched for p.output == Softmax only, with the log_softmax and logsumexp epilogues compiled
-// out. Why: the kernel is large (bf16: 5560 SASS instructions at bfebd52, 5656 in s22), and after a large kernel (a torch reduction,
-// a GEMM) has evicted it from the SMs' instruction caches, a call ran 2-4 us slower; 750 fewer instructions
-// took 1.2-1.7 us of that back (H100 probe after a 10k-instruction kernel, bf16 split rows, NOTES "s22 run
-// 10"; 0.5-1.3 us slower when the code is still cached).
+// out. Why: the kernel is large (bf16: 5560 SASS instructions at bfebd52, 5656 in s22), and after a large
+// kernel (a torch reduction, a GEMM) has evicted it from the SMs' instruction caches, a call ran 2-4 us slower;
+// 750 fewer instructions took 1.2-1.7 us of that back (H100 probe after a 10k-instruction kernel, bf16 split
+// rows, NOTES "s22 run 10"; 0.5-1.3 us slower when the code is still cached).
 template <typename T, int kLoadsInFlight = kRegVecs, int kRingWindow = 0, bool kSoftmaxOnly = false>
 __global__ void __launch_bounds__(kThreads, 1) softmax_dual_rows_kernel(const PipeParams<T> p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

@@ -194,14 +194,13 @@ template <typename T> int64_t pipe_chunk_elems(int64_t len, int chunks, int ring
 // resident blocks (a row's chunks must be co-resident) minimizing chunking_cost, ties to more chunks (a deeper
 // prefetch), with chunks cut as pipe_chunk_elems cuts them. 0 when rows are too long for any count.
 template <typename T> int pipe_chunks(const RowsShape& s, int per_sm, int ring_pieces) {
-  const int64_t row_bytes = s.row_bytes;
   const int64_t max_chunk = int64_t(ring_pieces - 2) * kPipePieceBytes;
   const int64_t blocks = int64_t(s.sms) * per_sm;
   if (max_chunk <= 0) return 0;
-  if (row_bytes <= max_chunk) return 1;
+  if (s.row_bytes <= max_chunk) return 1;
   int best = 0;
   int64_t best_cost = 0;
-  for (int64_t c = ceil_div(row_bytes, max_chunk); c <= blocks; ++c) {
+  for (int64_t c = ceil_div(s.row_bytes, max_chunk); c <= blocks; ++c) {
     const int64_t cost =
         chunking_cost<T>(s.rows, s.len, pipe_chunk_elems<T>(s.len, static_cast<int>(c), ring_pieces), blocks);
     if (best == 0 || cost <= best_cost) {

@@ -223,13 +223,13 @@ template <typename T> int64_t dual_chunk_elems(int64_t len, int64_t chunks) {
 // chunks on 128 SMs, in 66 on 132 (53.3 us against 54.1 in one sweep, within noise in another). fp32 keeps
 // the fewest: its 8x4194304 in 132 chunks ran 102.6 us against 101.0 (each row's exchange waits on more
 // partials; NOTES "s22 run 2").
-template <typename T> int64_t dual_chunks(int64_t rows, int64_t len, int sms) {
-  const int64_t fewest = ceil_div(len * static_cast<int64_t>(sizeof(T)), kDualMaxItemBytes);
-  if (sizeof(T) != 2 || fewest >= sms) return fewest;
+template <typename T> int64_t dual_chunks(const RowsShape& s) {
+  const int64_t fewest = ceil_div(s.row_bytes, kDualMaxItemBytes);
+  if (sizeof(T) != 2 || fewest >= s.sms) return fewest;
   int64_t best = fewest;
   int64_t best_cost = 0;
-  for (int64_t c = fewest; c <= std::min<int64_t>(2 * fewest, sms); ++c) {
-    const int64_t cost = chunking_cost<T>(rows, len, dual_chunk_elems<T>(len, c), sms);
+  for (int64_t c = fewest; c <= std::min<int64_t>(2 * fewest, s.sms); ++c) {
+    const int64_t cost = chunking_cost<T>(s.rows, s.len, dual_chunk_elems<T>(s.len, c), s.sms);
     if (c == fewest || cost < best_cost) {
       best = c;
       best_cost = cost;
@@ -330,7 +330,7 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
     const bool few_long_rows = chunks_one > 1 && s.rows * 8 <= s.sms;
     const bool whole_rows_one_per_sm = chunks_one == 1 && s.rows >= s.sms && pipe_chunks<T>(s, 2, ring_two) > 1;
     if (s.dual) {
-      const int64_t chunks = dual_chunks<T>(s.rows, s.len, s.sms);
+      const int64_t chunks = dual_chunks<T>(s);
       // An item must also fit the ring (it does on sm_90's 227 KB; guards smaller opt-in shared memory).
       const int64_t item_pieces = ceil_div(dual_chunk_elems<T>(s.len, chunks) * int64_t(sizeof(T)), kPipePieceBytes);
       const bool fits = chunks <= s.sms && item_pieces <= ring_one;
@@ -608,7 +608,7 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
   if (plan.kind == RowsKind::Dual) {
     if (!s.dual) fail("the dual kernel needs 16-byte aligned rows and sm_90 code for this device");
     if (plan.chunks == 0) {
-      plan.chunks = static_cast<int>(std::min<int64_t>(dual_chunks<T>(s.rows, s.len, s.sms), 1 << 30));
+      plan.chunks = static_cast<int>(std::min<int64_t>(dual_chunks<T>(s), 1 << 30));
     }
     if (plan.chunks < 1) fail("chunks must be >= 1");
     PipeParams<T> pp{x, y, s.rows, s.len, 0, 0, kPipePieceBytes / static_cast<int>(sizeof(T)),

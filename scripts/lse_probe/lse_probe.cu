@@ -3,7 +3,10 @@
 // fold a group of vectors with one max and one rescale (16-bit: FusedExp2, one FFMA and one ex2 per element;
 // the library's `fold` pays a compare, a select and an accurate expf per element), with more vectors in
 // flight per thread, and on a grid sized to the resident blocks with items of equal size; and a read-only
-// kernel of the same shape (no exponentials) as the ceiling.
+// kernel of the same shape (no exponentials) as the ceiling. Session 40 ("s40 calls 1-3") added the group fold
+// with the next step's loads issued before the current one is folded (lse_prefetch_kernel), the same without
+// the exponential (the fold's cost without the exp unit), and with a share of the exponentials on the FMA
+// pipe (poly_exp2).
 // Two timings: cold (a 256 MiB read before each call, events around it, median) and stream (30 calls back to
 // back over 3 rotating inputs, time per call).
 // Build and run from the repository root (sm_90):
@@ -108,6 +111,117 @@ __global__ void __launch_bounds__(256) lse_reduce_kernel(const StreamParams<T> p
   }
 }
 
+// 2^t on the FMA and integer pipes instead of the exp unit, for t <= ~0 (FusedExp2's arguments): 2^t =
+// 2^j 2^f with j = rint(t) (the 1.5 * 2^23 rounding trick) and f = t - j in [-0.5, 0.5], 2^f by the degree-5
+// Taylor polynomial of e^(f ln 2) (relative error <= 2.4e-6: far under a bf16 half-ulp, not fp32-exact), j
+// added into the exponent field. t < -126 gives 0 (-inf included); NaN stays NaN.
+__device__ __forceinline__ float poly_exp2(float t) {
+  const float r = t + 12582912.0f;
+  const float f = t - (r - 12582912.0f);
+  float p = 1.3333558e-3f;
+  p = fmaf(p, f, 9.6181291e-3f);
+  p = fmaf(p, f, 5.5504109e-2f);
+  p = fmaf(p, f, 2.4022651e-1f);
+  p = fmaf(p, f, 6.9314718e-1f);
+  p = fmaf(p, f, 1.0f);
+  const float v = __int_as_float(__float_as_int(p) + (__float_as_int(r) << 23));
+  return t < -126.0f ? 0.0f : v;
+}
+
+// The group fold (online_math.cuh's `fold`) on raw vectors, widened one vector at a time, so only the raw
+// registers stay live: the max pass and the sum pass each unpack again (a shift for bf16, nothing for fp32).
+// kNoExp: each term is the exponential's argument (one FFMA, no MUFU): what the fold costs without the exp unit.
+// kPolyEvery (16-bit only): every kPolyEvery-th element of a thread's step takes poly_exp2 instead of ex2.
+template <typename T, int kU, bool kNoExp = false, int kPolyEvery = 0>
+__device__ __forceinline__ void fold_raw(OnlineState<acc_t<T>>& st, const uint4 (&raw)[kU]) {
+  using A = acc_t<T>;
+  constexpr int kVec = 16 / static_cast<int>(sizeof(T));
+  A m = st.m;
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    m = amax(m, packed_max(raw));
+  } else {
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      A w[kVec];
+      VecIO<T>::unpack(raw[u], w);
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) m = amax(m, w[i]);
+    }
+  }
+  const A carried = st.d * rescale(st.m, m);
+  const auto sum_terms = [&](const auto& e) {
+    A d[4] = {A(0), A(0), A(0), A(0)};
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      A w[kVec];
+      VecIO<T>::unpack(raw[u], w);
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) {
+        if constexpr (kPolyEvery > 0 && sizeof(T) == 2 && !kNoExp) {
+          if ((u * kVec + i) % kPolyEvery == 0) {
+            d[(u * kVec + i) % 4] += poly_exp2(fmaf(w[i], e.c, -e.k));
+            continue;
+          }
+        }
+        d[(u * kVec + i) % 4] += e(w[i]);
+      }
+    }
+    return (d[0] + d[1]) + (d[2] + d[3]);
+  };
+  if constexpr (kNoExp) {
+    const A c = A(1.4426950408889634), k = m * c;
+    st = {m, carried + sum_terms([&](A x) { return x * c - k; })};
+  } else if constexpr (sizeof(T) == 2) {
+    const FusedExp2 e = FusedExp2::at<T>(m);
+    st = {m, fmaf(sum_terms(e), e.correction, carried)};
+  } else {
+    st = {m, carried + sum_terms(ShiftedExp<A, false>(m))};
+  }
+}
+
+// The group fold with the next step's loads issued before the current step is folded (two register stages
+// of kU raw vectors): each block keeps a step in flight while its exponentials run, where the kernels above
+// issue a step's loads only after folding the previous one. kMinBlocks: __launch_bounds__'s blocks per SM.
+template <typename T, int kU, int kMinBlocks, bool kNoExp = false, int kPolyEvery = 0>
+__global__ void __launch_bounds__(256, kMinBlocks) lse_prefetch_kernel(const StreamParams<T> p) {
+  using A = acc_t<T>;
+  constexpr int kVec = 16 / static_cast<int>(sizeof(T));
+  constexpr int kStep = 256 * kU * kVec;
+  constexpr unsigned kPad = sizeof(T) == 4 ? 0xff800000u : 0xff80ff80u;  // -inf
+  __shared__ OnlineState<A> s_state[32];
+  const int64_t items = p.rows * p.chunks;
+  // Step loads from px, rem elements left from px on (<= 0: none): vector u at px + u * 256 * kVec.
+  const auto load_step = [&](const T* px, int rem, uint4 (&raw)[kU]) {
+#pragma unroll
+    for (int u = 0; u < kU; ++u) raw[u] = u * 256 * kVec < rem ? load16(px + u * 256 * kVec) : make_uint4(kPad, kPad, kPad, kPad);
+  };
+  for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
+    const RowChunk chunk(item, p.chunks, p.chunk_elems, p.len);
+    const int64_t base = chunk.begin + int64_t(threadIdx.x) * kVec;
+    const T* px = p.x + chunk.row * p.len + base;
+    int rem = remaining(chunk.end, base);
+    const int steps = static_cast<int>((chunk.end - chunk.begin + kStep - 1) / kStep);
+    OnlineState<A> st = empty_state<A>();
+    uint4 cur[kU];
+    load_step(px, rem, cur);
+    for (int k = 0; k < steps; ++k) {
+      px += kStep;
+      rem -= kStep;
+      uint4 nxt[kU];
+      if (k + 1 < steps) load_step(px, rem, nxt);
+      fold_raw<T, kU, kNoExp, kPolyEvery>(st, cur);
+#pragma unroll
+      for (int u = 0; u < kU; ++u) cur[u] = nxt[u];
+    }
+    st = block_allreduce(st, MergeOp{}, empty_state<A>(), s_state);
+    if (threadIdx.x == 0) {
+      p.part_m[item] = st.m;
+      p.part_d[item] = st.d;
+    }
+    __syncthreads();
+  }
+}
+
 float to_float(float v) { return v; }
 float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
 
@@ -178,6 +292,24 @@ template <typename T> void run_shape(Bench& bench, int sms, int64_t rows, int64_
       lib_steps * step4, 0, true);
   run("library stream reduce, steps 16", softmax_stream_reduce_kernel<T, true>, 16 * step4, 0, true);
   run("group fold U4, steps 4", lse_reduce_kernel<T, 4, false>, 4 * step4, 0, true);
+  run("prefetch U4, steps 4", lse_prefetch_kernel<T, 4, 1>, 4 * step4, 0, true);
+  run("prefetch U4, steps 8", lse_prefetch_kernel<T, 4, 1>, 8 * step4, 0, true);
+  run("prefetch U4, steps 16", lse_prefetch_kernel<T, 4, 1>, 16 * step4, 0, true);
+  run("prefetch U2, steps 8", lse_prefetch_kernel<T, 2, 1>, 4 * step4, 0, true);
+  run("prefetch U2, steps 16", lse_prefetch_kernel<T, 2, 1>, 8 * step4, 0, true);
+  run("prefetch U2 6 blocks/SM, steps 8", lse_prefetch_kernel<T, 2, 6>, 4 * step4, 0, true);
+  run("prefetch U2 6 blocks/SM, steps 16", lse_prefetch_kernel<T, 2, 6>, 8 * step4, 0, true);
+  run("prefetch U2 8 blocks/SM, steps 8", lse_prefetch_kernel<T, 2, 8>, 4 * step4, 0, true);
+  run("prefetch U8, steps 4", lse_prefetch_kernel<T, 8, 1>, 8 * step4, 0, true);
+  run("prefetch U4, steps 16, no exp (wrong result)", lse_prefetch_kernel<T, 4, 1, true>, 16 * step4, 0, false);
+  run("prefetch U4, steps 4, no exp (wrong result)", lse_prefetch_kernel<T, 4, 1, true>, 4 * step4, 0, false);
+  if constexpr (sizeof(T) == 2) {
+    run("prefetch U4, steps 16, poly 1/8", lse_prefetch_kernel<T, 4, 4, false, 8>, 16 * step4, 0, true);
+    run("prefetch U4, steps 16, poly 1/4", lse_prefetch_kernel<T, 4, 4, false, 4>, 16 * step4, 0, true);
+    run("prefetch U4, steps 16, poly 1/2", lse_prefetch_kernel<T, 4, 4, false, 2>, 16 * step4, 0, true);
+    run("prefetch U4, steps 4, poly 1/4", lse_prefetch_kernel<T, 4, 4, false, 4>, 4 * step4, 0, true);
+  }
+  run("read only U4, steps 4 (no finalize)", lse_reduce_kernel<T, 4, true>, 4 * step4, 0, false);
   run("group fold U8, steps 2", lse_reduce_kernel<T, 8, false>, 4 * step4, 0, true);
   run("group fold U8, steps 4", lse_reduce_kernel<T, 8, false>, 8 * step4, 0, true);
   run("group fold U8, steps 8", lse_reduce_kernel<T, 8, false>, 16 * step4, 0, true);

@@ -6,7 +6,8 @@
 // kernel of the same shape (no exponentials) as the ceiling. Session 40 ("s40 calls 1-3") added the group fold
 // with the next step's loads issued before the current one is folded (lse_prefetch_kernel), the same without
 // the exponential (the fold's cost without the exp unit), and with a share of the exponentials on the FMA
-// pipe (poly_exp2).
+// pipe (poly_exp2). Since then lse_reduce_kernel folds through fold_raw as well (the same max and terms; its
+// four partial sums are taken per element instead of per vector), so its s32 numbers are of the earlier code.
 // Two timings: cold (a 256 MiB read before each call, events around it, median) and stream (30 calls back to
 // back over 3 rotating inputs, time per call).
 // Build and run from the repository root (sm_90):
@@ -29,8 +30,13 @@
 using namespace flash_attn_ext;
 using namespace flash_attn_ext::softmax;
 
-// One item = (row, chunk) of chunk_elems elements; blocks walk items grid-stride. Each step a thread loads
-// kU 16-byte vectors (j, j + 256, ...) of the step, then folds them with one max and one rescale.
+// A step of the probe's reduce kernels: 256 threads x kU 16-byte vectors; kPad: a raw word of -inf pairs.
+template <typename T, int kU> struct StepShape {
+  static constexpr int kVec = 16 / static_cast<int>(sizeof(T));
+  static constexpr int kStep = 256 * kU * kVec;
+  static constexpr unsigned kPad = sizeof(T) == 4 ? 0xff800000u : 0xff80ff80u;
+};
+
 // Max of kU raw bf16 vectors on packed pairs (HMNMX2: one instruction per two elements, no floats live; like
 // fmaxf it ignores NaN).
 template <int kU> __device__ __forceinline__ float packed_max(const uint4 (&raw)[kU]) {
@@ -44,77 +50,10 @@ template <int kU> __device__ __forceinline__ float packed_max(const uint4 (&raw)
   return fmaxf(__low2float(m), __high2float(m));
 }
 
-template <typename T, int kU, bool kReadOnly, bool kPackedMax = false>
-__global__ void __launch_bounds__(256) lse_reduce_kernel(const StreamParams<T> p) {
-  using A = acc_t<T>;
-  constexpr int kVec = 16 / static_cast<int>(sizeof(T));
-  constexpr int kStep = 256 * kU * kVec;
-  constexpr unsigned kPad = sizeof(T) == 4 ? 0xff800000u : 0xff80ff80u;  // -inf
-  __shared__ OnlineState<A> s_state[32];
-  const int64_t items = p.rows * p.chunks;
-  for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
-    const RowChunk chunk(item, p.chunks, p.chunk_elems, p.len);
-    const T* x = p.x + chunk.row * p.len;
-    OnlineState<A> st = empty_state<A>();
-    unsigned bits = 0;
-    for (int64_t g = chunk.begin; g < chunk.end; g += kStep) {
-      uint4 raw[kU];
-      const int64_t base = g + int64_t(threadIdx.x) * kVec;
-#pragma unroll
-      for (int u = 0; u < kU; ++u) {
-        const int64_t at = base + int64_t(u) * 256 * kVec;
-        raw[u] = at < chunk.end ? load16(x + at) : make_uint4(kPad, kPad, kPad, kPad);
-      }
-      if constexpr (kReadOnly) {
-#pragma unroll
-        for (int u = 0; u < kU; ++u) bits ^= raw[u].x ^ raw[u].y ^ raw[u].z ^ raw[u].w;
-      } else {
-        A m = st.m;
-        if constexpr (kPackedMax) {
-          m = amax(m, packed_max(raw));
-        } else {
-          A w[kU][kVec];
-#pragma unroll
-          for (int u = 0; u < kU; ++u) VecIO<T>::unpack(raw[u], w[u]);
-          m = amax(m, max_of(w));
-        }
-        const A carried = st.d * rescale(st.m, m);
-        const auto sum_terms = [&](const auto& e) {  // four independent partial sums
-          A d[4] = {A(0), A(0), A(0), A(0)};
-#pragma unroll
-          for (int u = 0; u < kU; ++u) {
-            A w[kVec];
-            VecIO<T>::unpack(raw[u], w);
-#pragma unroll
-            for (int i = 0; i < kVec; ++i) d[u % 4] += e(w[i]);
-          }
-          return (d[0] + d[1]) + (d[2] + d[3]);
-        };
-        if constexpr (sizeof(T) == 2) {
-          const FusedExp2 e = FusedExp2::at<T>(m);
-          st = {m, fmaf(sum_terms(e), e.correction, carried)};
-        } else {
-          st = {m, carried + sum_terms(ShiftedExp<A, false>(m))};
-        }
-      }
-    }
-    if constexpr (kReadOnly) {
-      if (bits == 0x9e3779b9u) p.part_m[item] = 1.f;  // keeps the loads
-    } else {
-      st = block_allreduce(st, MergeOp{}, empty_state<A>(), s_state);
-      if (threadIdx.x == 0) {
-        p.part_m[item] = st.m;
-        p.part_d[item] = st.d;
-      }
-    }
-    __syncthreads();
-  }
-}
-
 // 2^t on the FMA and integer pipes instead of the exp unit, for t <= ~0 (FusedExp2's arguments): 2^t =
 // 2^j 2^f with j = rint(t) (the 1.5 * 2^23 rounding trick) and f = t - j in [-0.5, 0.5], 2^f by the degree-5
-// Taylor polynomial of e^(f ln 2) (relative error <= 2.4e-6: far under a bf16 half-ulp, not fp32-exact), j
-// added into the exponent field. t < -126 gives 0 (-inf included); NaN stays NaN.
+// Taylor polynomial of e^(f ln 2) (3.3e-6 relative error in float arithmetic: far under a bf16 half-ulp, not
+// fp32-exact), j added into the exponent field. t < -126 gives 0 (-inf included); NaN stays NaN.
 __device__ __forceinline__ float poly_exp2(float t) {
   const float r = t + 12582912.0f;
   const float f = t - (r - 12582912.0f);
@@ -130,14 +69,15 @@ __device__ __forceinline__ float poly_exp2(float t) {
 
 // The group fold (online_math.cuh's `fold`) on raw vectors, widened one vector at a time, so only the raw
 // registers stay live: the max pass and the sum pass each unpack again (a shift for bf16, nothing for fp32).
+// kPackedMax (bf16 only): the max on packed pairs (packed_max).
 // kNoExp: each term is the exponential's argument (one FFMA, no MUFU): what the fold costs without the exp unit.
 // kPolyEvery (16-bit only): every kPolyEvery-th element of a thread's step takes poly_exp2 instead of ex2.
-template <typename T, int kU, bool kNoExp = false, int kPolyEvery = 0>
+template <typename T, int kU, bool kPackedMax, bool kNoExp = false, int kPolyEvery = 0>
 __device__ __forceinline__ void fold_raw(OnlineState<acc_t<T>>& st, const uint4 (&raw)[kU]) {
   using A = acc_t<T>;
   constexpr int kVec = 16 / static_cast<int>(sizeof(T));
   A m = st.m;
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+  if constexpr (kPackedMax) {
     m = amax(m, packed_max(raw));
   } else {
 #pragma unroll
@@ -179,15 +119,58 @@ __device__ __forceinline__ void fold_raw(OnlineState<acc_t<T>>& st, const uint4 
   }
 }
 
+// One item = (row, chunk) of chunk_elems elements; blocks walk items grid-stride. Each step a thread loads
+// kU 16-byte vectors (j, j + 256, ...) of the step, then folds them with one max and one rescale.
+template <typename T, int kU, bool kReadOnly, bool kPackedMax = false>
+__global__ void __launch_bounds__(256) lse_reduce_kernel(const StreamParams<T> p) {
+  using A = acc_t<T>;
+  using S = StepShape<T, kU>;
+  constexpr int kVec = S::kVec, kStep = S::kStep;
+  constexpr unsigned kPad = S::kPad;
+  __shared__ OnlineState<A> s_state[32];
+  const int64_t items = p.rows * p.chunks;
+  for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
+    const RowChunk chunk(item, p.chunks, p.chunk_elems, p.len);
+    const T* x = p.x + chunk.row * p.len;
+    OnlineState<A> st = empty_state<A>();
+    unsigned bits = 0;
+    for (int64_t g = chunk.begin; g < chunk.end; g += kStep) {
+      uint4 raw[kU];
+      const int64_t base = g + int64_t(threadIdx.x) * kVec;
+#pragma unroll
+      for (int u = 0; u < kU; ++u) {
+        const int64_t at = base + int64_t(u) * 256 * kVec;
+        raw[u] = at < chunk.end ? load16(x + at) : make_uint4(kPad, kPad, kPad, kPad);
+      }
+      if constexpr (kReadOnly) {
+#pragma unroll
+        for (int u = 0; u < kU; ++u) bits ^= raw[u].x ^ raw[u].y ^ raw[u].z ^ raw[u].w;
+      } else {
+        fold_raw<T, kU, kPackedMax>(st, raw);
+      }
+    }
+    if constexpr (kReadOnly) {
+      if (bits == 0x9e3779b9u) p.part_m[item] = 1.f;  // keeps the loads
+    } else {
+      st = block_allreduce(st, MergeOp{}, empty_state<A>(), s_state);
+      if (threadIdx.x == 0) {
+        p.part_m[item] = st.m;
+        p.part_d[item] = st.d;
+      }
+    }
+    __syncthreads();
+  }
+}
+
 // The group fold with the next step's loads issued before the current step is folded (two register stages
 // of kU raw vectors): each block keeps a step in flight while its exponentials run, where the kernels above
 // issue a step's loads only after folding the previous one. kMinBlocks: __launch_bounds__'s blocks per SM.
 template <typename T, int kU, int kMinBlocks, bool kNoExp = false, int kPolyEvery = 0>
 __global__ void __launch_bounds__(256, kMinBlocks) lse_prefetch_kernel(const StreamParams<T> p) {
   using A = acc_t<T>;
-  constexpr int kVec = 16 / static_cast<int>(sizeof(T));
-  constexpr int kStep = 256 * kU * kVec;
-  constexpr unsigned kPad = sizeof(T) == 4 ? 0xff800000u : 0xff80ff80u;  // -inf
+  using S = StepShape<T, kU>;
+  constexpr int kVec = S::kVec, kStep = S::kStep;
+  constexpr unsigned kPad = S::kPad;
   __shared__ OnlineState<A> s_state[32];
   const int64_t items = p.rows * p.chunks;
   // Step loads from px, rem elements left from px on (<= 0: none): vector u at px + u * 256 * kVec.
@@ -209,7 +192,7 @@ __global__ void __launch_bounds__(256, kMinBlocks) lse_prefetch_kernel(const Str
       rem -= kStep;
       uint4 nxt[kU];
       if (k + 1 < steps) load_step(px, rem, nxt);
-      fold_raw<T, kU, kNoExp, kPolyEvery>(st, cur);
+      fold_raw<T, kU, std::is_same_v<T, __nv_bfloat16>, kNoExp, kPolyEvery>(st, cur);
 #pragma unroll
       for (int u = 0; u < kU; ++u) cur[u] = nxt[u];
     }

@@ -477,7 +477,7 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
     plan.kind = RowsKind::Block;
     plan.vpt = Traits::kSmallVpt;
     plan.threads = 128;
-    plan.smem = static_cast<int>(ceil_div(nv, int64_t(plan.threads)) - plan.vpt);
+    plan.smem = kSmemDerived;  // launch_plan: the rest of the row, ceil(nv / 128) - 2 vectors per thread
     return plan;
   }
 

@@ -106,6 +106,27 @@ __device__ __forceinline__ acc_t<T> sum_of_exps(const uint4 (&raw)[kRegVecs], co
   return d;
 }
 
+// The first half of the register role's next item prefetched into L2, one 128-byte line per thread (thread t: line
+// t; items hold at most 2 * kRegThreads lines). Issued once the role's row exchange is done, before its store pass.
+// Why: with every SM folding or storing at once, DRAM idled for ~3 us at a time (PM sampling, NOTES "s36 call 5");
+// these reads run under the store pass, and the role's next loads find half their lines in L2. H100, forced dual,
+// bf16, us, without -> with (NOTES "s41 calls 1-4"): streamed 128x262144 55.7-56.6 -> 52.6, 8x4194304 56.2-57.3 ->
+// 55.1-55.8, 256x131072 55.6-56.4 -> 53.0-53.7; cold within 0.5 us, except 8x4194304 +1 us (51.3-51.9 ->
+// 52.4-53.3). Measured and not taken: the whole item (128x262144 53.7-54.7 streamed, +1.5 us cold), a quarter
+// (54.1-54.3), 3/8 to 3/4 (within noise of half), the second half (58.7: slower than none), the same lines before
+// the exchange (57.6-58.0: probably queued ahead of the exchange's polls, as loads are), one bulk prefetch of the
+// item from one thread (54.5-54.8), the evict-last priority (as fast, cold 0.5 us better, but it would leave those
+// lines last in L2's eviction order for whatever runs next), the ring role's pieces beyond its free slots
+// (nothing). fp32 did not gain (128x262144 streamed 99.0-99.6 -> 99.8-101.1, 8x4194304 cold 100.0-100.7 ->
+// 102.2-104.4), so only 16-bit types prefetch.
+template <typename T> __device__ __forceinline__ void prefetch_half_item(const PipeParams<T>& p, int64_t next, int t) {
+  constexpr int kLineElems = 128 / static_cast<int>(sizeof(T));
+  const RowChunk span(next, p.chunks, p.chunk_elems, p.len);
+  if (t < static_cast<int>(span.end - span.begin) / (2 * kLineElems)) {
+    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p.x + span.row * p.len + span.begin + t * kLineElems));
+  }
+}
+
 // The register role's store pass (output known at compile time, as pipe::store_item).
 template <typename T, bool kSoftmax>
 __device__ __forceinline__ void store_registers(T* y, const uint4 (&raw)[kRegVecs], int nvec, int t,
@@ -167,6 +188,9 @@ __device__ __forceinline__ void register_items(const PipeParams<T>& p, int64_t f
     const OnlineState<A> row_state =
         reduce_row_state(p.exchange, p.chunks, span.row, item, OnlineState<A>{m, d}, scratch, team);
     FAE_PHASE_STAMP(t, 1, (item - first_item) / step, 2);
+    if constexpr (sizeof(T) == 2) {
+      if (item + step < items) prefetch_half_item(p, item + step, t);
+    }
     const SoftmaxOutput out = kSoftmaxOnly ? SoftmaxOutput::Softmax : p.output;
     if (out == SoftmaxOutput::LogSumExp) {
       if (t == 0 && span.begin == 0) p.y[span.row] = from_acc<T>(row_lse(row_state));

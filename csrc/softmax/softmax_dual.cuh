@@ -106,13 +106,16 @@ __device__ __forceinline__ acc_t<T> sum_of_exps(const uint4 (&raw)[kRegVecs], co
   return d;
 }
 
-// The first half of the register role's next item prefetched into L2, one 128-byte line per thread (thread t: line
-// t; items hold at most 2 * kRegThreads lines). Issued once the role's row exchange is done, before its store pass.
-// Why: with every SM folding or storing at once, DRAM idled for ~3 us at a time (PM sampling, NOTES "s36 call 5");
-// these reads run under the store pass, and the role's next loads find half their lines in L2. H100, forced dual,
-// bf16, us, without -> with (NOTES "s41 calls 1-4"): streamed 128x262144 55.7-56.6 -> 52.6, 8x4194304 56.2-57.3 ->
-// 55.1-55.8, 256x131072 55.6-56.4 -> 53.0-53.7; cold within 0.5 us, except 8x4194304 +1 us (51.3-51.9 ->
-// 52.4-53.3). Measured and not taken: the whole item (128x262144 53.7-54.7 streamed, +1.5 us cold), a quarter
+// The first half of item `next` (the register role's next item, if any) prefetched into L2, one 128-byte line per
+// thread (thread t: line t; items hold at most 2 * kRegThreads lines). register_items issues it once, after its
+// first item's row exchange and before that item's store pass. Why: early in a call every SM folds or stores at the
+// same moment and DRAM idled for ~3 us at a time (PM sampling, NOTES "s36 call 5"); these reads run under the store
+// pass, and the role's next loads find half their lines in L2. H100, bf16, us, none -> this (NOTES "s41 call 8"):
+// streamed 128x262144 56.0-56.1 -> 52.9-53.4, 8x4194304 56.1-57.1 -> 54.8-55.0, 256x131072 56.4 -> 52.8-54.2,
+// 512x151936 130.9-131.7 -> 129.2-129.6; cold within noise or faster (512x151936 122.0-122.7 -> 120.9). After every
+// item instead (s41 calls 1-7): 2048x50304 (whole rows) 2-6 us faster, but 1024x128256 9 us and 512x151936 4 us
+// slower cold, where many rounds run out of phase and the prefetched lines probably wait in L2 long enough to be
+// evicted. Measured and not taken: the whole item (128x262144 53.7-54.7 streamed, +1.5 us cold), a quarter
 // (54.1-54.3), 3/8 to 3/4 (within noise of half), the second half (58.7: slower than none), the same lines before
 // the exchange (57.6-58.0: probably queued ahead of the exchange's polls, as loads are), one bulk prefetch of the
 // item from one thread (54.5-54.8), the evict-last priority (as fast, cold 0.5 us better, but it would leave those
@@ -121,6 +124,7 @@ __device__ __forceinline__ acc_t<T> sum_of_exps(const uint4 (&raw)[kRegVecs], co
 // 102.2-104.4), so only 16-bit types prefetch.
 template <typename T> __device__ __forceinline__ void prefetch_half_item(const PipeParams<T>& p, int64_t next, int t) {
   constexpr int kLineElems = 128 / static_cast<int>(sizeof(T));
+  if (next >= p.rows * p.chunks) return;
   const RowChunk span(next, p.chunks, p.chunk_elems, p.len);
   if (t < static_cast<int>(span.end - span.begin) / (2 * kLineElems)) {
     asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p.x + span.row * p.len + span.begin + t * kLineElems));
@@ -189,7 +193,7 @@ __device__ __forceinline__ void register_items(const PipeParams<T>& p, int64_t f
         reduce_row_state(p.exchange, p.chunks, span.row, item, OnlineState<A>{m, d}, scratch, team);
     FAE_PHASE_STAMP(t, 1, (item - first_item) / step, 2);
     if constexpr (sizeof(T) == 2) {
-      if (item + step < items) prefetch_half_item(p, item + step, t);
+      if (item < step) prefetch_half_item(p, item + step, t);  // the first item: first_item < step for either role
     }
     const SoftmaxOutput out = kSoftmaxOnly ? SoftmaxOutput::Softmax : p.output;
     if (out == SoftmaxOutput::LogSumExp) {

@@ -28,9 +28,10 @@ CASES = [
 # Long rows and columns that reach the multi-block / split paths of the CUDA kernels. Aligned long rows
 # (lengths a multiple of 8) reach the pipelined kernel on sm_90: a few rows split over blocks with one block
 # per SM (3 x 1_000_000), rows split with two blocks per SM (20 x 200_000), whole rows (300 x 20000). Rows
-# split over several rounds take the dual-role kernel (6 x 2_097_152: fp32 in 64 chunks, 16-bit in 33 on a
-# 132-SM H100, where 32 would leave 4 SMs idle), and so do whole rows of one or two dual items where rows
-# fill the SMs (300 x 20000 fp32; 140 x 49152: 16-bit rows in one item, fp32 rows of 192 KB in two).
+# split over several rounds take the dual-role kernel (6 x 2_097_152: fp32 in 64 chunks, 16-bit in the 44 the
+# chunk cost picks on a 132-SM H100; test_large_magnitude_rows_cuda's 8 x 2_097_152 keeps 32 whole 128 KB
+# chunks on 128 SMs), and so do whole rows of one or two dual items where rows fill the SMs (300 x 20000 fp32;
+# 140 x 49152: 16-bit rows in one item, fp32 rows of 192 KB in two).
 CUDA_CASES = [
     ((4, 1_000_003), -1), ((2, 65537), 1), ((3, 200_003, 2), 1), ((1025, 4097), 0), ((8, 3, 300_007), -1),
     ((300, 20000), -1), ((3, 1_000_000), -1), ((20, 200_000), -1), ((6, 2_097_152), -1), ((140, 49152), -1),

@@ -219,23 +219,39 @@ template <typename T> int64_t dual_chunk_elems(int64_t len, int64_t chunks) {
 // The fewest chunks, except for 16-bit rows: there the count from the fewest up to twice as many (and at most
 // the SMs) that minimizes chunking_cost over the SMs (the launch's grid is a multiple of the chunk count),
 // ties to fewer. Why: the fewest can leave SMs idle, e.g. bf16 32x3000000 in 46 chunks runs on 92 of 132 SMs
-// and in 66 on all of them (H100 through the op, s22: 160.4-161.6 us against 195.0-196.3); 8x4194304 in 64
-// chunks on 128 SMs, in 66 on 132 (53.3 us against 54.1 in one sweep, within noise in another). fp32 keeps
-// the fewest: its 8x4194304 in 132 chunks ran 102.6 us against 101.0 (each row's exchange waits on more
-// partials; NOTES "s22 run 2").
+// and in 66 on all of them (H100 through the op, s22: 160.4-161.6 us against 195.0-196.3). fp32 keeps the
+// fewest: its 8x4194304 in 132 chunks ran 102.6 us against 101.0 (each row's exchange waits on more partials;
+// NOTES "s22 run 2").
+// 16-bit rows of whole 128 KB items keep them when the count the cost prefers runs as many rows a round and
+// whole items leave at most 1/32 of the SMs idle. Why: with the register role's L2 prefetch (b779df4) bf16
+// 8x4194304 runs faster in 64 chunks on 128 SMs than in the 66 of 124 KB the cost prefers, and so do its kin
+// (H100 through the op, us, streamed / cold, NOTES "s42 calls 1-5"): 8x4194304 54.3-55.4 / 52.1-52.5 ->
+// 53.9-54.3 / 51.2-52.0 (fp16 alike), 16x2097152 53.4-54.2 / 50.9-51.1 -> 53.2-53.9 / 50.6-51.0, 4x8388608
+// 56.0-56.3 / 53.2-53.4 -> 55.3-55.8 / 52.1-52.4; streamed, 16x4194304 107.0-107.8 -> 105.8-106.5 and
+// 64x4194304 (32 rounds) 423.1-427.9 -> 418.6-420.8. Items that are not whole did not follow: 64x2064448 in 32
+// chunks of 126 KB on 128 SMs ran 210.6-212.4 us streamed against 204.6-205.9 in 33; and more idle SMs lost
+// too (64x3997760 in 62 chunks on 124 SMs 411.4-416.6 against 404.8-408.3, 12x3899456 in 60 on 120 SMs
+// 75.8-76.9 against 74.7-74.8).
 template <typename T> int64_t dual_chunks(const RowsShape& s) {
   const int64_t fewest = ceil_div(s.row_bytes, kDualMaxItemBytes);
   if (sizeof(T) != 2 || fewest >= s.sms) return fewest;
+  const auto cost = [&s](int64_t c) {
+    return chunking_cost<T>(s.rows, s.len, dual_chunk_elems<T>(s.len, c), s.sms);
+  };
   int64_t best = fewest;
-  int64_t best_cost = 0;
-  for (int64_t c = fewest; c <= std::min<int64_t>(2 * fewest, s.sms); ++c) {
-    const int64_t cost = chunking_cost<T>(s.rows, s.len, dual_chunk_elems<T>(s.len, c), s.sms);
-    if (c == fewest || cost < best_cost) {
+  int64_t best_cost = cost(fewest);
+  for (int64_t c = fewest + 1; c <= std::min<int64_t>(2 * fewest, s.sms); ++c) {
+    const int64_t k = cost(c);
+    if (k < best_cost) {
       best = c;
-      best_cost = cost;
+      best_cost = k;
     }
   }
-  return best;
+  const int64_t best_chunks = ceil_div(s.len, dual_chunk_elems<T>(s.len, best));  // rounding may leave fewer
+  const bool whole_items = s.row_bytes % kDualMaxItemBytes == 0;
+  const bool same_rounds = s.sms / fewest == s.sms / best_chunks;
+  const bool few_idle = 32 * (s.sms / fewest * fewest) >= 31 * int64_t(s.sms);
+  return whole_items && same_rounds && few_idle ? fewest : best;
 }
 
 // Streaming chunks: 4 block-steps (64 KiB of fp32), more for rows so long that a row would have over 1024

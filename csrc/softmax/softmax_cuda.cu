@@ -228,7 +228,8 @@ template <typename T> int64_t dual_chunk_elems(int64_t len, int64_t chunks) {
 // (H100 through the op, us, streamed / cold, NOTES "s42 calls 1-5"): 8x4194304 54.3-55.4 / 52.1-52.5 ->
 // 53.9-54.3 / 51.2-52.0 (fp16 alike), 16x2097152 53.4-54.2 / 50.9-51.1 -> 53.2-53.9 / 50.6-51.0, 4x8388608
 // 56.0-56.3 / 53.2-53.4 -> 55.3-55.8 / 52.1-52.4; streamed, 16x4194304 107.0-107.8 -> 105.8-106.5 and
-// 64x4194304 (32 rounds) 423.1-427.9 -> 418.6-420.8. Items that are not whole did not follow: 64x2064448 in 32
+// 64x4194304 (32 rounds) 423.1-427.9 -> 418.6-420.8; through the benchmark, 8x4194304 55.0-55.3 -> 53.9-54.8
+// streamed and 51.7-51.9 cold either way ("s42 call 7"). Items that are not whole did not follow: 64x2064448 in 32
 // chunks of 126 KB on 128 SMs ran 210.6-212.4 us streamed against 204.6-205.9 in 33; and more idle SMs lost
 // too (64x3997760 in 62 chunks on 124 SMs 411.4-416.6 against 404.8-408.3, 12x3899456 in 60 on 120 SMs
 // 75.8-76.9 against 74.7-74.8).

@@ -64,37 +64,71 @@ template <typename T> __device__ __forceinline__ uint4 neg_inf_vector() {
   }
 }
 
-// The max of a thread's vectors. 16-bit types compare packed pairs (HMNMX2, NaN ignored as fmaxf does):
-// unpacking all 128 values here let the compiler keep them for the passes below, and spill.
-template <typename T> __device__ __forceinline__ acc_t<T> max_of_vectors(const uint4 (&raw)[kRegVecs]) {
-  if constexpr (sizeof(T) == 2) {
-    using Pair = std::conditional_t<std::is_same_v<T, __half>, __half2, __nv_bfloat162>;
-    Pair mx = bit_cast<Pair>(raw[0].x);
+// The max of vectors [first, first + count) of a thread's 16-bit vectors, compared as packed pairs (HMNMX2, NaN
+// ignored as fmaxf does): unpacking all 128 values here let the compiler keep them for the passes below, and spill.
+template <typename T>
+__device__ __forceinline__ float packed_max(const uint4 (&raw)[kRegVecs], int first, int count) {
+  using Pair = std::conditional_t<std::is_same_v<T, __half>, __half2, __nv_bfloat162>;
+  Pair mx = bit_cast<Pair>(raw[first].x);
 #pragma unroll
-    for (int s = 0; s < kRegVecs; ++s) {
-      mx = __hmax2(mx, bit_cast<Pair>(raw[s].x));
-      mx = __hmax2(mx, bit_cast<Pair>(raw[s].y));
-      mx = __hmax2(mx, bit_cast<Pair>(raw[s].z));
-      mx = __hmax2(mx, bit_cast<Pair>(raw[s].w));
-    }
-    return fmaxf(__low2float(mx), __high2float(mx));
-  } else {
-    acc_t<T> mx = neg_inf<acc_t<T>>();
-#pragma unroll
-    for (int s = 0; s < kRegVecs; ++s) {
-      acc_t<T> w[1][16 / sizeof(T)];
-      VecIO<T>::unpack(raw[s], w[0]);
-      mx = amax(mx, max_of(w));
-    }
-    return mx;
+  for (int s = first; s < first + count; ++s) {
+    mx = __hmax2(mx, bit_cast<Pair>(raw[s].x));
+    mx = __hmax2(mx, bit_cast<Pair>(raw[s].y));
+    mx = __hmax2(mx, bit_cast<Pair>(raw[s].z));
+    mx = __hmax2(mx, bit_cast<Pair>(raw[s].w));
   }
+  return fmaxf(__low2float(mx), __high2float(mx));
 }
 
-// The sum of e(x) over a thread's vectors.
-template <typename T, typename Exp>
-__device__ __forceinline__ acc_t<T> sum_of_exps(const uint4 (&raw)[kRegVecs], const Exp& e) {
+// The (max, sum of exp(x - max)) of a thread's 16-bit vectors, folded online kFoldGroup vectors at a time: the
+// group's packed max, the carried sum rescaled once, then the group's exponentials (FusedExp2). Why: with groups of
+// the 16-bit loads in flight (kDualLoadsInFlight), the first group folds while the second group's loads are still in
+// flight, where the max of all 16 vectors and then their sum waited for the last load. H100, bf16, us, stream /
+// cold, max-then-sum -> this (three alternating processes, NOTES "s46 call 1"): 128x262144 52.5-53.6 / 50.0-50.1 ->
+// 52.5-52.9 / 49.4-49.7, 8x4194304 54.1-54.6 / 51.5-52.5 -> 53.8-54.1 / 51.1-52.7, 256x131072 52.8-53.7 /
+// 49.5-50.1 -> 52.5-52.6 / 49.4-49.9. Groups of 4 (4 bytes of spills) ran 1-3 us slower streamed; session 37
+// (before the L2 prefetch) had groups of 4 0.5-0.9 us faster streamed and up to 1.1 us slower cold.
+constexpr int kFoldGroup = 8;
+static_assert(kRegVecs % kFoldGroup == 0, "whole groups");
+template <typename T> __device__ __forceinline__ OnlineState<float> fold_online_16bit(const uint4 (&raw)[kRegVecs]) {
+  static_assert(sizeof(T) == 2, "16-bit vectors");
+  constexpr int kVec = 8;
+  OnlineState<float> st{neg_inf<float>(), 0.0f};
+#pragma unroll
+  for (int g = 0; g < kRegVecs / kFoldGroup; ++g) {
+    const float m = amax(st.m, packed_max<T>(raw, g * kFoldGroup, kFoldGroup));
+    const float carried = st.d * rescale(st.m, m);
+    const FusedExp2 e = FusedExp2::at<T>(m);
+    float sum = 0.0f;
+#pragma unroll
+    for (int s = g * kFoldGroup; s < (g + 1) * kFoldGroup; ++s) {
+      float w[kVec];
+      VecIO<T>::unpack(opaque(raw[s]), w);
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) sum += e(w[j]);
+    }
+    st = {m, fmaf(sum, e.correction, carried)};
+  }
+  return st;
+}
+
+// The max of a thread's fp32 / fp64 vectors.
+template <typename T> __device__ __forceinline__ acc_t<T> max_of_vectors(const uint4 (&raw)[kRegVecs]) {
+  acc_t<T> mx = neg_inf<acc_t<T>>();
+#pragma unroll
+  for (int s = 0; s < kRegVecs; ++s) {
+    acc_t<T> w[1][16 / sizeof(T)];
+    VecIO<T>::unpack(raw[s], w[0]);
+    mx = amax(mx, max_of(w));
+  }
+  return mx;
+}
+
+// The sum of exp(x - m) over a thread's fp32 / fp64 vectors.
+template <typename T> __device__ __forceinline__ acc_t<T> sum_of_exps(const uint4 (&raw)[kRegVecs], acc_t<T> m) {
   using A = acc_t<T>;
   constexpr int kVec = 16 / static_cast<int>(sizeof(T));
+  const ShiftedExp<A, false> e(m);
   A d = A(0);
 #pragma unroll
   for (int s = 0; s < kRegVecs; ++s) {
@@ -150,9 +184,10 @@ __device__ __forceinline__ void store_registers(T* y, const uint4 (&raw)[kRegVec
 }
 
 // The register role's walk over its items first_item, first_item + step, ...: thread t loads vectors
-// t, t + kRegThreads, ... of the item (-inf past its end), folds them against its own max, merges with the
-// role and exchanges the row, then normalizes and stores from registers. Stores are evict-first for every
-// type: with the default policy the fp32 role ran 1.4x slower (probe s16).
+// t, t + kRegThreads, ... of the item (-inf past its end), folds them (16-bit: online, fold_online_16bit; wider: the
+// max, then the sum against it), merges with the role and exchanges the row, then normalizes and stores from
+// registers. Stores are evict-first for every type: with the default policy the fp32 role ran 1.4x slower (probe
+// s16).
 // kLoadsInFlight < kRegVecs: vector s is loaded only once vector s - kLoadsInFlight has landed (its address
 // depends on that vector through a select the compiler cannot fold), so at most kLoadsInFlight vectors per
 // thread are in flight (kDualLoadsInFlight). kSoftmaxOnly: as ring_items.
@@ -180,17 +215,15 @@ __device__ __forceinline__ void register_items(const PipeParams<T>& p, int64_t f
       }
       raw[s] = v < nvec ? load16(x + offset) : neg_inf_vector<T>();
     }
-    const A m = max_of_vectors<T>(raw);
-    A d;
-    if constexpr (kFastExp<T>) {
-      const FusedExp2 e = FusedExp2::at<T>(m);
-      d = sum_of_exps<T>(raw, e) * e.correction;
+    OnlineState<A> local;
+    if constexpr (sizeof(T) == 2) {
+      local = fold_online_16bit<T>(raw);
     } else {
-      d = sum_of_exps<T>(raw, ShiftedExp<A, false>(m));
+      const A m = max_of_vectors<T>(raw);
+      local = {m, sum_of_exps<T>(raw, m)};
     }
     FAE_PHASE_STAMP(t, 1, (item - first_item) / step, 1);
-    const OnlineState<A> row_state =
-        reduce_row_state(p.exchange, p.chunks, span.row, item, OnlineState<A>{m, d}, scratch, team);
+    const OnlineState<A> row_state = reduce_row_state(p.exchange, p.chunks, span.row, item, local, scratch, team);
     FAE_PHASE_STAMP(t, 1, (item - first_item) / step, 2);
     if constexpr (sizeof(T) == 2) {
       if (item < step) prefetch_half_item(p, item + step, t);  // the first item: first_item < step for either role

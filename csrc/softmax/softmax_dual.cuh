@@ -87,7 +87,9 @@ __device__ __forceinline__ float packed_max(const uint4 (&raw)[kRegVecs], int fi
 // cold, max-then-sum -> this (three alternating processes, NOTES "s46 call 1"): 128x262144 52.5-53.6 / 50.0-50.1 ->
 // 52.5-52.9 / 49.4-49.7, 8x4194304 54.1-54.6 / 51.5-52.5 -> 53.8-54.1 / 51.1-52.7, 256x131072 52.8-53.7 /
 // 49.5-50.1 -> 52.5-52.6 / 49.4-49.9. Groups of 4 (4 bytes of spills) ran 1-3 us slower streamed; session 37
-// (before the L2 prefetch) had groups of 4 0.5-0.9 us faster streamed and up to 1.1 us slower cold.
+// (before the L2 prefetch) had groups of 4 0.5-0.9 us faster streamed and up to 1.1 us slower cold. bfloat16 only:
+// float16 ran 0.1-1 us slower with it in three rounds ("s46 call 3": 2048x50304 157.3-158.0 / 155.2-155.4 ->
+// 158.5-158.9 / 156.2-156.4, 128x262144 cold 50.0-50.4 -> 50.6-51.0; cause not found), so it keeps max-then-sum.
 constexpr int kFoldGroup = 8;
 static_assert(kRegVecs % kFoldGroup == 0, "whole groups");
 template <typename T> __device__ __forceinline__ OnlineState<float> fold_online_16bit(const uint4 (&raw)[kRegVecs]) {
@@ -124,11 +126,11 @@ template <typename T> __device__ __forceinline__ acc_t<T> max_of_vectors(const u
   return mx;
 }
 
-// The sum of exp(x - m) over a thread's fp32 / fp64 vectors.
-template <typename T> __device__ __forceinline__ acc_t<T> sum_of_exps(const uint4 (&raw)[kRegVecs], acc_t<T> m) {
+// The sum of e(x) over a thread's vectors.
+template <typename T, typename Exp>
+__device__ __forceinline__ acc_t<T> sum_of_exps(const uint4 (&raw)[kRegVecs], const Exp& e) {
   using A = acc_t<T>;
   constexpr int kVec = 16 / static_cast<int>(sizeof(T));
-  const ShiftedExp<A, false> e(m);
   A d = A(0);
 #pragma unroll
   for (int s = 0; s < kRegVecs; ++s) {
@@ -184,10 +186,10 @@ __device__ __forceinline__ void store_registers(T* y, const uint4 (&raw)[kRegVec
 }
 
 // The register role's walk over its items first_item, first_item + step, ...: thread t loads vectors
-// t, t + kRegThreads, ... of the item (-inf past its end), folds them (16-bit: online, fold_online_16bit; wider: the
-// max, then the sum against it), merges with the role and exchanges the row, then normalizes and stores from
-// registers. Stores are evict-first for every type: with the default policy the fp32 role ran 1.4x slower (probe
-// s16).
+// t, t + kRegThreads, ... of the item (-inf past its end), folds them (bfloat16: online, fold_online_16bit; the
+// others: the max, then the sum against it), merges with the role and exchanges the row, then normalizes and
+// stores from registers. Stores are evict-first for every type: with the default policy the fp32 role ran 1.4x
+// slower (probe s16).
 // kLoadsInFlight < kRegVecs: vector s is loaded only once vector s - kLoadsInFlight has landed (its address
 // depends on that vector through a select the compiler cannot fold), so at most kLoadsInFlight vectors per
 // thread are in flight (kDualLoadsInFlight). kSoftmaxOnly: as ring_items.
@@ -216,11 +218,15 @@ __device__ __forceinline__ void register_items(const PipeParams<T>& p, int64_t f
       raw[s] = v < nvec ? load16(x + offset) : neg_inf_vector<T>();
     }
     OnlineState<A> local;
-    if constexpr (sizeof(T) == 2) {
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
       local = fold_online_16bit<T>(raw);
+    } else if constexpr (sizeof(T) == 2) {
+      const A m = packed_max<T>(raw, 0, kRegVecs);
+      const FusedExp2 e = FusedExp2::at<T>(m);
+      local = {m, sum_of_exps<T>(raw, e) * e.correction};
     } else {
       const A m = max_of_vectors<T>(raw);
-      local = {m, sum_of_exps<T>(raw, m)};
+      local = {m, sum_of_exps<T>(raw, ShiftedExp<A, false>(m))};
     }
     FAE_PHASE_STAMP(t, 1, (item - first_item) / step, 1);
     const OnlineState<A> row_state = reduce_row_state(p.exchange, p.chunks, span.row, item, local, scratch, team);

@@ -90,6 +90,8 @@ __device__ __forceinline__ float packed_max(const uint4 (&raw)[kRegVecs], int fi
 // (before the L2 prefetch) had groups of 4 0.5-0.9 us faster streamed and up to 1.1 us slower cold. bfloat16 only:
 // float16 ran 0.1-1 us slower with it in three rounds ("s46 call 3": 2048x50304 157.3-158.0 / 155.2-155.4 ->
 // 158.5-158.9 / 156.2-156.4, 128x262144 cold 50.0-50.4 -> 50.6-51.0; cause not found), so it keeps max-then-sum.
+// Each group's step is online_math.cuh's fold() on packed data: fold() itself wants the group unpacked first, and
+// 64 unpacked floats beside the 64 registers of raw vectors spilled 304 bytes at the kernel's 96 registers.
 constexpr int kFoldGroup = 8;
 static_assert(kRegVecs % kFoldGroup == 0, "whole groups");
 template <typename T> __device__ __forceinline__ OnlineState<float> fold_online_16bit(const uint4 (&raw)[kRegVecs]) {

@@ -171,6 +171,19 @@ def test_scale(device, dtype, scale):
     check_attention(q, k, v, causal=True, scale=scale)
 
 
+@pytest.mark.parametrize("scale", [-1.3, -0.2, 0.0, 0.7])
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
+def test_scale_of_any_sign(device, dtype, causal, d, scale):
+    # A scale may be any finite float, zero and negative included (the max of the scaled scores is then the
+    # scaled min). 200 queries x 600 keys give the Hopper kernel's head-dim-128 tile both unmasked 128-key
+    # tiles (max over the raw scores, one FFMA per exponent) and masked ones (scaled first).
+    q, k, v = make_qkv(1, 2, 2, 200, 600, d, dtype, device)
+    check_attention(q, k, v, causal=causal, scale=scale)
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("device", KERNEL_DEVICES)
 def test_plus_inf_score_makes_its_row_nan(device, dtype):

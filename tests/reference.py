@@ -115,13 +115,21 @@ def attention_ref(q, k, v, causal: bool = False, scale: Optional[float] = None
     return torch.matmul(p, v), lse
 
 
-def sdpa_baseline(q, k, v, causal: bool = False, scale: Optional[float] = None) -> torch.Tensor:
+def sdpa_baseline(q, k, v, causal: bool = False, scale: Optional[float] = None, math_only: bool = False
+                  ) -> torch.Tensor:
     """torch's scaled_dot_product_attention in q's dtype on q's device: the error baseline.
 
     GQA by repeating k/v heads. Causal with Sq <= Sk uses torch's lower-right causal bias; with Sq > Sk an
-    explicit boolean mask (rows that see no key are NaN or garbage there; callers exclude them).
+    explicit boolean mask (rows that see no key are NaN or garbage there; callers exclude them). math_only:
+    SDPA's math backend alone (the fused CUDA kernel it picked returned NaN for a negative scale in fp16: H100,
+    torch 2.11).
     """
+    from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.nn.attention.bias import causal_lower_right
+
+    if math_only:
+        with sdpa_kernel([SDPBackend.MATH]):
+            return sdpa_baseline(q, k, v, causal, scale)
 
     group = q.shape[1] // k.shape[1]
     k = k.repeat_interleave(group, dim=1)

@@ -194,8 +194,8 @@ __global__ void __launch_bounds__(Traits::kThreads) attention_decode_kernel(cons
       }
     }
 
-    online_softmax_step(s, o, p.scale_log2, /*need_mask=*/n0 + kTileN > unmasked_end, n0 + 2 * t, limit, row_max,
-                        row_sum);
+    online_softmax_step<1>(s, o, p.scale_log2, /*need_mask=*/n0 + kTileN > unmasked_end, n0 + 2 * t, limit, row_max,
+                           row_sum);
 
     // O += P V
 #pragma unroll

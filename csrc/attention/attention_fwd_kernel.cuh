@@ -174,11 +174,16 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm) att
       cp_async_commit();
 
       // Online softmax in log2 units: scale, mask, update the running max, rescale O and the sum, P = exp2.
+      // Head dims above 128 (64-row blocks, one m16 tile a warp) split each row's max and sum into 4 chains:
+      // H100, bf16, prefill S = 512-16k, D = 256 +2-12 % TFLOP/s; at D = 32 (also one m16 tile a warp) 4-5 %
+      // slower, at D = 64 and 128 no better (NOTES "s48 calls 2-3").
+      constexpr int kChains = Traits::kHeadDim > 128 ? 4 : 1;
       if (warp_active) {
         const bool need_mask = n0 + kBlockN > unmasked_end;
 #pragma unroll
         for (int mi = 0; mi < kMTiles; ++mi) {
-          online_softmax_step(s[mi], o[mi], p.scale_log2, need_mask, n0 + 2 * t, limit[mi], row_max[mi], row_sum[mi]);
+          online_softmax_step<kChains>(s[mi], o[mi], p.scale_log2, need_mask, n0 + 2 * t, limit[mi], row_max[mi],
+                                       row_sum[mi]);
         }
       }
 

@@ -705,6 +705,32 @@ def test_cuda_more_items_than_sms(dtype, d, causal):
 
 @pytest.mark.cuda
 @requires_cuda
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("b, hq, hk, sq, sk", [(2, 8, 8, 2305, 2305), (2, 16, 4, 1100, 1100), (2, 16, 4, 700, 3000)],
+                         ids=str)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_cuda_head_dim_64_long_keys(dtype, b, hq, hk, sq, sk, causal):
+    # more than 8 key tiles at head dim 64: on 132 SMs the Hopper kernel's wide form (three consumer warpgroups,
+    # 192-row items; the last item of each head part rows past Sq, GQA rows packed) takes all of these but the
+    # causal 1100-key one, which stays on the narrow form (at most 16 tiles)
+    check_attention(*make_qkv(b, hq, hk, sq, sk, 64, dtype, "cuda"), causal=causal)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not IS_SM90, reason="the wgmma kernel runs on compute capability 9.0 only")
+@pytest.mark.parametrize("sk, wide", [(1024, False), (2305, True)])
+def test_cuda_head_dim_64_picks_the_wide_form(sk, wide):
+    q, k, v = make_qkv(2, 8, 8, 2305, sk, 64, torch.bfloat16, "cuda")
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fae.attention(q, k, v)
+        torch.cuda.synchronize()
+    names = [e.name for e in prof.events() if "attention_fwd_sm90_kernel<" in e.name]
+    assert names, "the Hopper kernel did not run"
+    assert all((", 64, 128, 3, 3," in n) == wide for n in names), names
+
+
+@pytest.mark.cuda
+@requires_cuda
 def test_cuda_unknown_forced_kernel(monkeypatch):
     monkeypatch.setenv("FLASH_ATTN_EXT_ATTENTION_KERNEL", "sm70")
     q, k, v = make_qkv(1, 2, 2, 7, 7, 64, torch.float16, "cuda")

@@ -320,8 +320,10 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
         mbarrier_wait(q_full + qbuf, (local / Traits::kQBuffers) & 1);
         fence_async_proxy();  // Q, written by the loaders' cp.async, visible to this warpgroup's wgmma
       }
-      // Software pipeline: step j issues S_j = Q K_j^T and O += P_{j-1} V_{j-1} together, then computes the
-      // softmax of S_j while the tensor cores run P_{j-1} V_{j-1}; O is rescaled once that MMA is done.
+      // Software pipeline (Traits::kPvUnderSoftmax): step j issues S_j = Q K_j^T and O += P_{j-1} V_{j-1}
+      // together, then computes the softmax of S_j while the tensor cores run P_{j-1} V_{j-1}; O is rescaled
+      // once that MMA is done. Otherwise P_{j-1} V_{j-1} is issued as soon as P_{j-1} is packed, S_j behind it,
+      // and the softmax of S_j starts when both are done.
       if (n_tiles > 0) {
         if constexpr (!kPersistent) {
           load_q_rows<Traits, 64, 128>(sQb, p, bc, m0, 64 * wg, threadIdx.x % 128);
@@ -382,34 +384,53 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
             for (int e = 0; e < 4; ++e) a[kk][e] = pack2<T>(s[8 * kk + 2 * e], s[8 * kk + 2 * e + 1]);
         };
 
-        {  // step 0: S_0 alone
-          float s[kBlockN / 2], alpha[2];
-          wait_full(full_k, slot0);
-          sm90::warpgroup_fence();
-          issue_s(s, slot0);
-          sm90::warpgroup_wait<0>();
-          release(empty_k, slot0);
-          softmax(s, 0, alpha);
-          rescale_and_pack(s, alpha);
-        }
-        for (int tile = 1; tile < n_tiles; ++tile) {  // S_tile, and P V of tile - 1 under its softmax
-          float s[kBlockN / 2], alpha[2];
-          wait_full(full_k, slot0 + tile);
-          wait_full(full_v, slot0 + tile - 1);
-          sm90::warpgroup_fence();
-          issue_s(s, slot0 + tile);
-          issue_pv(slot0 + tile - 1);
-          sm90::warpgroup_wait<1>();  // S done; P V may still run
-          release(empty_k, slot0 + tile);
-          softmax(s, tile, alpha);
-          sm90::warpgroup_wait<0>();  // P V done: O and the registers of P are free
-          release(empty_v, slot0 + tile - 1);
-          rescale_and_pack(s, alpha);
-        }
-        {  // last step: P V of the last tile
-          wait_full(full_v, slot0 + n_tiles - 1);
-          sm90::warpgroup_fence();
-          issue_pv(slot0 + n_tiles - 1);
+        if constexpr (Traits::kPvUnderSoftmax) {
+          {  // step 0: S_0 alone
+            float s[kBlockN / 2], alpha[2];
+            wait_full(full_k, slot0);
+            sm90::warpgroup_fence();
+            issue_s(s, slot0);
+            sm90::warpgroup_wait<0>();
+            release(empty_k, slot0);
+            softmax(s, 0, alpha);
+            rescale_and_pack(s, alpha);
+          }
+          for (int tile = 1; tile < n_tiles; ++tile) {  // S_tile, and P V of tile - 1 under its softmax
+            float s[kBlockN / 2], alpha[2];
+            wait_full(full_k, slot0 + tile);
+            wait_full(full_v, slot0 + tile - 1);
+            sm90::warpgroup_fence();
+            issue_s(s, slot0 + tile);
+            issue_pv(slot0 + tile - 1);
+            sm90::warpgroup_wait<1>();  // S done; P V may still run
+            release(empty_k, slot0 + tile);
+            softmax(s, tile, alpha);
+            sm90::warpgroup_wait<0>();  // P V done: O and the registers of P are free
+            release(empty_v, slot0 + tile - 1);
+            rescale_and_pack(s, alpha);
+          }
+          {  // last step: P V of the last tile
+            wait_full(full_v, slot0 + n_tiles - 1);
+            sm90::warpgroup_fence();
+            issue_pv(slot0 + n_tiles - 1);
+            sm90::warpgroup_wait<0>();
+            release(empty_v, slot0 + n_tiles - 1);
+          }
+        } else {  // P V of tile - 1 leaves right before S_tile, and the warpgroup waits for both
+          for (int tile = 0; tile < n_tiles; ++tile) {
+            float s[kBlockN / 2], alpha[2];
+            wait_full(full_k, slot0 + tile);
+            sm90::warpgroup_fence();
+            issue_s(s, slot0 + tile);
+            sm90::warpgroup_wait<0>();  // S done, and P V of tile - 1: O and the registers of P are free
+            release(empty_k, slot0 + tile);
+            if (tile > 0) release(empty_v, slot0 + tile - 1);
+            softmax(s, tile, alpha);
+            rescale_and_pack(s, alpha);
+            wait_full(full_v, slot0 + tile);
+            sm90::warpgroup_fence();
+            issue_pv(slot0 + tile);
+          }
           sm90::warpgroup_wait<0>();
           release(empty_v, slot0 + n_tiles - 1);
         }

@@ -64,14 +64,34 @@ bool launch_attention_fwd_sm90(const AttentionParams& p, cudaStream_t stream) {
   return true;
 }
 
+// Whether the wide form (three consumer warpgroups, 192-row items, one block per SM) should beat the narrow
+// one (one consumer warpgroup, 64-row items, two blocks per SM) on a problem with `key_tiles` tiles of keys.
+// Only long key ranges: at most 8 tiles the persistent form wins, and causal items, which average half the
+// tiles, need twice as many (H100, bf16, D = 64: wide +4 % at S = 2k, narrow +1.5 % causal at 2k, even at 4k;
+// NOTES "s49 call 2"). Then an estimate of the waves of items over the SMs: the wide form runs 192 rows of an
+// SM in the time the narrow one runs ~142 (490 against 443 TFLOP/s at S = 8k-16k: 1.5 / 1.106 = 1.36 times a
+// narrow wave), so it wins unless its coarser items cost more than that, as with short Sq (rows past the end)
+// or few (batch, head) pairs (a last wave that leaves SMs idle).
+inline bool prefer_wide_sm90(const AttentionParams& p, int64_t key_tiles) {
+  if (key_tiles <= (p.causal ? 16 : 8)) return false;
+  const int64_t sms = current_device_attribute(cudaDevAttrMultiProcessorCount);
+  const int64_t heads = int64_t(p.batch) * p.heads_kv;
+  const int64_t narrow_items = (p.packed_rows + 63) / 64 * heads, wide_items = (p.packed_rows + 191) / 192 * heads;
+  const int64_t narrow_waves = (narrow_items + 2 * sms - 1) / (2 * sms), wide_waves = (wide_items + sms - 1) / sms;
+  return 136 * wide_waves < 100 * narrow_waves;
+}
+
 template <typename T, int kHeadDim>
 bool run_attention_fwd_sm90(const AttentionParams& p, cudaStream_t stream) {
   using Config = AttentionFwdSm90Config<T, kHeadDim>;
+  const int64_t key_tiles = (int64_t(p.seqlen_k) + Config::kBlockN - 1) / Config::kBlockN;
   if constexpr (Config::kHasPersistent) {
-    const int64_t key_tiles = (int64_t(p.seqlen_k) + Config::kBlockN - 1) / Config::kBlockN;
     if (key_tiles <= Config::kPersistentMaxTiles) {
       return launch_attention_fwd_sm90<typename Config::Persistent>(p, stream);
     }
+  }
+  if constexpr (Config::kHasWide) {
+    if (prefer_wide_sm90(p, key_tiles)) return launch_attention_fwd_sm90<typename Config::Wide>(p, stream);
   }
   return launch_attention_fwd_sm90<typename Config::Traits>(p, stream);
 }

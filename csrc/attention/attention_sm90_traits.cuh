@@ -15,7 +15,8 @@ constexpr size_t attention_sm90_smem_bytes(int block_m, int block_n, int head_di
   return size_t(q_buffers * block_m + 2 * stages * block_n) * head_dim * 2 + (4 * stages + 2 * q_buffers) * 8 + 1024;
 }
 
-template <typename T_, int kHeadDim_, int kBlockN_, int kWarpgroups_, int kStages_, bool kPersistent_ = false>
+template <typename T_, int kHeadDim_, int kBlockN_, int kWarpgroups_, int kStages_, bool kPersistent_,
+          bool kPvUnderSoftmax_>
 struct AttentionFwdSm90Traits {
   using T = T_;
   static constexpr int kHeadDim = kHeadDim_;        // tile width; the real head dim is <= this, zero-padded
@@ -26,6 +27,13 @@ struct AttentionFwdSm90Traits {
   // and first K/V tiles load while the current one finishes.
   static constexpr bool kPersistent = kPersistent_;
   static constexpr int kQBuffers = kPersistent ? 2 : 1;
+  // The consumers' schedule of a key tile j. True: S_j = Q K_j^T and O += P_{j-1} V_{j-1} are issued
+  // together, the warpgroup waits for S_j alone and computes its softmax while P V runs. False: P_{j-1}
+  // V_{j-1} is issued as soon as P_{j-1} is packed, S_j right behind it, and the warpgroup waits for both
+  // before the softmax of S_j; its tensor-core work runs back to back, and other warpgroups' MMAs fill the
+  // softmax. The second holds fewer registers through the softmax (P's are free), which is what lets three
+  // consumer warpgroups fit 160 registers a thread without spills.
+  static constexpr bool kPvUnderSoftmax = kPvUnderSoftmax_;
   static constexpr int kBlockM = 64 * kWarpgroups;
   static constexpr int kThreads = 128 * (kWarpgroups + 1);  // + the producer warpgroup (warpgroup 0)
   // One consumer warpgroup: two blocks per SM, so one block's fill and epilogue run under the other's loop.
@@ -57,10 +65,14 @@ struct AttentionFwdSm90Traits {
 // and epilogue run under the other's main loop (+2-8 % over two warpgroups sharing each K/V tile in one
 // block). Short key ranges (at most kPersistentMaxTiles tiles) take the persistent form: the next item's Q
 // and first K/V tiles load under the current item (+4-8 % at S = 512); its double Q buffer leaves room for
-// two stages only, which costs 1-3 % on long items. Larger head dims: two consumer
-// warpgroups (128 query rows) share every K/V tile (one block per SM). 128-key tiles up to head dim 128 (S
-// and O take 64 + kHeadDim / 2 accumulator registers), 64-key tiles above it. Three stages where shared
-// memory allows.
+// two stages only, which costs 1-3 % on long items. Long key ranges take the wide form where the host's
+// estimate favours it (attention_fwd_sm90_launch.cuh): three consumer warpgroups (192 query rows) share every
+// K/V tile, so each SM scheduler has three consumer warps instead of two (H100, bf16: +9-17 % at S = 2k-16k,
+// NOTES "s49 call 2"), at the cost of 192-row items (more padding and coarser waves). Larger head dims: two
+// consumer warpgroups (128 query rows) share every K/V tile (one block per SM). 128-key tiles up to head dim
+// 128 (S and O take 64 + kHeadDim / 2 accumulator registers), 64-key tiles above it. Three stages where shared
+// memory allows. P V under the softmax (kPvUnderSoftmax) above head dim 128 only: without it head dim 256 ran
+// 10-15 % slower, head dims 64 and 128 1-5 % faster (s49 calls 2-3; 192 was not measured and keeps it).
 template <typename T, int kHeadDim>
 struct AttentionFwdSm90Config {
   static constexpr int kBlockN = kHeadDim <= 128 ? 128 : 64;
@@ -68,10 +80,13 @@ struct AttentionFwdSm90Config {
   static constexpr int kBlocksPerSm = kWarpgroups == 1 ? 2 : 1;
   static constexpr int kStages =
       kBlocksPerSm * (attention_sm90_smem_bytes(64 * kWarpgroups, kBlockN, kHeadDim, 3) + 1024) <= kSm90SmemPerSm ? 3 : 2;
-  using Traits = AttentionFwdSm90Traits<T, kHeadDim, kBlockN, kWarpgroups, kStages>;
+  static constexpr bool kPvUnderSoftmax = kHeadDim > 128;
+  using Traits = AttentionFwdSm90Traits<T, kHeadDim, kBlockN, kWarpgroups, kStages, false, kPvUnderSoftmax>;
   static constexpr bool kHasPersistent = kWarpgroups == 1;
   static constexpr int kPersistentMaxTiles = 8;
-  using Persistent = AttentionFwdSm90Traits<T, kHeadDim, kBlockN, 1, 2, /*kPersistent=*/true>;
+  using Persistent = AttentionFwdSm90Traits<T, kHeadDim, kBlockN, 1, 2, /*kPersistent=*/true, kPvUnderSoftmax>;
+  static constexpr bool kHasWide = kHeadDim == 64;
+  using Wide = AttentionFwdSm90Traits<T, kHeadDim, kBlockN, 3, 3, false, kPvUnderSoftmax>;
 };
 
 }  // namespace flash_attn_ext

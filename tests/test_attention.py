@@ -712,19 +712,21 @@ def test_cuda_more_items_than_sms(dtype, d, causal):
 def test_cuda_head_dim_64_long_keys(dtype, b, hq, hk, sq, sk, causal):
     # more than 8 key tiles at head dim 64: on 132 SMs the Hopper kernel's wide form (three consumer warpgroups,
     # 192-row items; the last item of each head part rows past Sq, GQA rows packed) takes all of these but the
-    # causal 1100-key one, which stays on the narrow form (at most 16 tiles)
+    # causal 1100-key one, which stays on the narrow form (at most 16 tiles); the first shape without a mask
+    # runs it persistent (heads not grouped: Q by bulk tensor copies)
     check_attention(*make_qkv(b, hq, hk, sq, sk, 64, dtype, "cuda"), causal=causal)
 
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not IS_SM90, reason="the wgmma kernel runs on compute capability 9.0 only")
-@pytest.mark.parametrize("sk, wide", [(1024, False), (3072, True)])
-def test_cuda_head_dim_64_picks_the_wide_form(sk, wide):
+@pytest.mark.parametrize("sk, causal, wide", [(1024, True, False), (1024, False, True), (3072, True, True)])
+def test_cuda_head_dim_64_picks_the_wide_form(sk, causal, wide):
     # 3072 rows are 48 narrow or 16 wide items per head, 64 heads: the wide form's waves win on any SM count
-    # from 78 (H20) to 132 (H100 SXM, H200); at 8 key tiles or fewer the persistent (narrow) form runs
+    # from 78 (H20) to 132 (H100 SXM, H200). Causal at 8 key tiles or fewer runs the narrow persistent form;
+    # without a mask the wide form runs at any key range (persistent), with one from 17 key tiles on
     q, k, v = make_qkv(4, 16, 16, 3072, sk, 64, torch.bfloat16, "cuda")
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        fae.attention(q, k, v)
+        fae.attention(q, k, v, causal=causal)
         torch.cuda.synchronize()
     names = [e.name for e in prof.events() if "attention_fwd_sm90_kernel<" in e.name]
     assert names, "the Hopper kernel did not run"

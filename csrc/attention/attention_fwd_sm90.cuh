@@ -188,22 +188,23 @@ __device__ __forceinline__ void for_each_item(long long items, int m_blocks, boo
   }
 }
 
-// Shape: one work item per (m block of kBlockM = 64 * kWarpgroups packed query rows, batch, kv head); a block
-// of kWarpgroups + 1 warpgroups takes one item, or (kPersistent) the items of work units blockIdx.x,
-// + gridDim.x, ... (for_each_item).
-// Warpgroup 0 is the producer: one thread streams K and V tiles into two rings of kStages shared-memory tiles
-// by bulk tensor copies (TMA), each stage with a "full" barrier (copies landed) and an "empty" barrier (all
-// consumers done with it); the rings and their phases run on across items (`slot` counts the tiles
-// streamed so far), so the next item's first tiles arrive while the consumers finish the current one. A
-// persistent block also double-buffers Q: warps 1-3 of the producer load the next item's Q by cp.async while
-// the consumers work on the current one. The other warpgroups are consumers: warpgroup 1 + w owns rows
-// 64w..64w+63 and, inside it, warp v rows 16v..16v+15 (thread: rows 16v + lane/4 and + 8, as in the mma.sync
-// C layout); each computes S = Q K^T for its rows, the online softmax in registers, and O += P V,
-// overlapping the softmax of one tile with the P V of the previous one. Consumers never meet at a block
+// Shape: one work item per (m block of kBlockM = 64 * kWarpgroups packed query rows, batch, kv head); a block of
+// kWarpgroups + 1 warpgroups takes one item, or (kPersistent) the items of work units blockIdx.x, + gridDim.x,
+// ... (for_each_item). Warpgroup 0 is the producer: one thread streams K and V tiles into two rings of kStages
+// shared-memory tiles by bulk tensor copies (TMA), each stage with a "full" barrier (copies landed) and an
+// "empty" barrier (all consumers done with it); the rings and their phases run on across items (`slot` counts the
+// tiles streamed so far), so the next item's first tiles arrive while the consumers finish the current one. A
+// persistent block also double-buffers Q: the next item's Q loads while the consumers work on the current one, by
+// cp.async from warps 1-3 of the producer, or (Traits::kQByTma, the wide form) by bulk tensor copies from the
+// producer thread ahead of the item's K/V tiles. The other warpgroups are consumers: warpgroup 1 + w owns rows
+// 64w..64w+63 and, inside it, warp v rows 16v..16v+15 (thread: rows 16v + lane/4 and + 8, as in the mma.sync C
+// layout); each computes S = Q K^T for its rows, the online softmax in registers, and O += P V (with
+// Traits::kPvUnderSoftmax, the P V of one tile under the softmax of the next). Consumers never meet at a block
 // barrier, so one's softmax can run under another's MMAs.
 template <typename Traits>
 __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
-    attention_fwd_sm90_kernel(const AttentionParams p, const __grid_constant__ CUtensorMap k_map,
+    attention_fwd_sm90_kernel(const AttentionParams p, const __grid_constant__ CUtensorMap q_map,
+                              const __grid_constant__ CUtensorMap k_map,
                               const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap o_map,
                               const bool o_by_tma) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -245,7 +246,8 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
     }
     if constexpr (kPersistent) {
       for (int i = 0; i < Traits::kQBuffers; ++i) {
-        mbarrier_init(q_full + i, kQLoaders);  // each loader's cp.async arrival
+        // each loader's cp.async arrival, or the producer thread's (with the bytes to expect)
+        mbarrier_init(q_full + i, Traits::kQByTma ? 1 : kQLoaders);
         mbarrier_init(q_empty + i, 4 * Traits::kWarpgroups);
       }
     }
@@ -269,16 +271,26 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
                        tile * kBlockN, bc.kv_head, bc.batch);
         }
       };
-      for_each_item<kPersistent>(items, m_blocks, p.causal, [&](long long item, int) {
+      for_each_item<kPersistent>(items, m_blocks, p.causal, [&](long long item, int local) {
         const BlockCoords bc = block_coords(p, m_blocks, item);
         const int n_tiles = key_tiles(bc.m_block * kBlockM);
+        if constexpr (Traits::kQByTma) {
+          const int buf = local % Traits::kQBuffers, use = local / Traits::kQBuffers;
+          if (use > 0) mbarrier_wait(q_empty + buf, (use - 1) & 1);
+          mbarrier_arrive_expect_tx(q_full + buf, Traits::kQBytes);
+#pragma unroll
+          for (int a = 0; a < Traits::kAtoms; ++a) {
+            tma_load_box(sQ + buf * Traits::kQBytes + a * kBlockM * 128, &q_map, q_full + buf, a * 64,
+                         bc.m_block * kBlockM, bc.kv_head, bc.batch);
+          }
+        }
         // K_j, then V_j: V_j is used one step after K_j, and its stage frees one step later too.
         for (int tile = 0; tile < n_tiles; ++tile, ++slot) {
           fill(sK, &k_map, full_k, empty_k, bc, tile);
           fill(sV, &v_map, full_v, empty_v, bc, tile);
         }
       });
-    } else if (kPersistent && threadIdx.x >= 32) {
+    } else if (kPersistent && !Traits::kQByTma && threadIdx.x >= 32) {
       for_each_item<kPersistent>(items, m_blocks, p.causal, [&](long long item, int local) {
         const BlockCoords bc = block_coords(p, m_blocks, item);
         const int buf = local % Traits::kQBuffers, use = local / Traits::kQBuffers;
@@ -318,7 +330,8 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
 
       if constexpr (kPersistent) {
         mbarrier_wait(q_full + qbuf, (local / Traits::kQBuffers) & 1);
-        fence_async_proxy();  // Q, written by the loaders' cp.async, visible to this warpgroup's wgmma
+        // Q, written by the loaders' cp.async, visible to this warpgroup's wgmma (a bulk copy's needs no fence)
+        fence_async_proxy();
       }
       // Software pipeline (Traits::kPvUnderSoftmax): step j issues S_j = Q K_j^T and O += P_{j-1} V_{j-1}
       // together, then computes the softmax of S_j while the tensor cores run P_{j-1} V_{j-1}; O is rescaled

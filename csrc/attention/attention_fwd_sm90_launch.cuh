@@ -45,6 +45,16 @@ bool launch_attention_fwd_sm90(const AttentionParams& p, cudaStream_t stream) {
     const uint32_t o_box[4] = {64, 16, 1, 1};
     o_by_tma = make_tensor_map_4d_sw128(&o_map, kBf16, p.out, o_dims, o_strides, o_box);
   }
+  CUtensorMap q_map = k_map;  // a placeholder the kernel does not read unless Traits::kQByTma
+  if constexpr (Traits::kQByTma) {
+    // Q as (head dim, Sq, Hq, B), boxes of 64 columns x kBlockM rows: only when heads are not grouped.
+    if (p.group != 1) return false;
+    const uint64_t q_dims[4] = {uint64_t(p.head_dim), uint64_t(p.seqlen_q), uint64_t(p.heads_q), uint64_t(p.batch)};
+    const uint64_t q_strides[3] = {uint64_t(p.q_row_stride) * 2, uint64_t(p.q_head_stride) * 2,
+                                   uint64_t(p.q_batch_stride) * 2};
+    const uint32_t q_box[4] = {64, uint32_t(Traits::kBlockM), 1, 1};
+    if (!make_tensor_map_4d_sw128(&q_map, kBf16, p.q, q_dims, q_strides, q_box)) return false;
+  }
   auto kernel = &attention_fwd_sm90::attention_fwd_sm90_kernel<Traits>;
   constexpr int kSmem = static_cast<int>(Traits::kSmemBytes);
   allow_dynamic_smem(kernel, kSmem);
@@ -59,39 +69,50 @@ bool launch_attention_fwd_sm90(const AttentionParams& p, cudaStream_t stream) {
                                resident);
   }
   TORCH_CHECK(blocks <= INT_MAX, "flash_attn_ext.attention: problem too large (", blocks, " thread blocks)");
-  launch_kernel(kernel, static_cast<unsigned>(blocks), Traits::kThreads, kSmem, stream, LaunchKind::Plain, p, k_map,
-                v_map, o_map, o_by_tma);
+  launch_kernel(kernel, static_cast<unsigned>(blocks), Traits::kThreads, kSmem, stream, LaunchKind::Plain, p, q_map,
+                k_map, v_map, o_map, o_by_tma);
   return true;
 }
 
 // Whether the wide form (three consumer warpgroups, 192-row items, one block per SM) should beat the narrow
-// one (one consumer warpgroup, 64-row items, two blocks per SM) on a problem with `key_tiles` tiles of keys.
-// Only long key ranges: at most 8 tiles the persistent form wins, and causal items, which average half the
-// tiles, need twice as many (H100, bf16, D = 64: wide +4 % at S = 2k, narrow +1.5 % causal at 2k, even at 4k;
-// NOTES "s49 call 2"). Then an estimate of the waves of items over the SMs: the wide form runs 192 rows of an
-// SM in the time the narrow one runs ~142 (490 against 443 TFLOP/s at S = 8k-16k: 1.5 / 1.106 = 1.36 times a
-// narrow wave), so it wins unless its coarser items cost more than that, as with short Sq (rows past the end)
-// or few (batch, head) pairs (a last wave that leaves SMs idle).
-inline bool prefer_wide_sm90(const AttentionParams& p, int64_t key_tiles) {
-  if (key_tiles <= (p.causal ? 16 : 8)) return false;
+// one (one consumer warpgroup, 64-row items, two blocks per SM), by an estimate of the waves of items over the
+// SMs: the wide form runs 192 rows of an SM in `wide_cost` / 100 times a narrow wave, so it wins unless its
+// coarser items cost more than that, as with short Sq (rows past the end) or few (batch, head) pairs (a last
+// wave that leaves SMs idle). Fitted on the H100 (NOTES "s49 call 2", "s49 call 8"): 136 for one-item blocks
+// (490 against 443 TFLOP/s at S = 8k-16k: 1.5 / 1.106), 125 for the persistent wide form against the narrow
+// persistent one at S = 512-1k (327 against 300 TFLOP/s at 24 against 32 waves: 1.22, and 1.28 at 1k).
+inline bool wide_waves_win(const AttentionParams& p, int wide_cost) {
   const int64_t sms = current_device_attribute(cudaDevAttrMultiProcessorCount);
   const int64_t heads = int64_t(p.batch) * p.heads_kv;
   const int64_t narrow_items = (p.packed_rows + 63) / 64 * heads, wide_items = (p.packed_rows + 191) / 192 * heads;
   const int64_t narrow_waves = (narrow_items + 2 * sms - 1) / (2 * sms), wide_waves = (wide_items + sms - 1) / sms;
-  return 136 * wide_waves < 100 * narrow_waves;
+  return wide_cost * wide_waves < 100 * narrow_waves;
 }
 
 template <typename T, int kHeadDim>
 bool run_attention_fwd_sm90(const AttentionParams& p, cudaStream_t stream) {
   using Config = AttentionFwdSm90Config<T, kHeadDim>;
   const int64_t key_tiles = (int64_t(p.seqlen_k) + Config::kBlockN - 1) / Config::kBlockN;
+  if constexpr (Config::kHasWide) {
+    // Without a causal mask the wide form runs persistent at any key range; its launcher declines grouped
+    // heads (no Q map), which take the forms below.
+    if (!p.causal && key_tiles > 0 && wide_waves_win(p, 125) &&
+        launch_attention_fwd_sm90<typename Config::WidePersistent>(p, stream)) {
+      return true;
+    }
+  }
   if constexpr (Config::kHasPersistent) {
     if (key_tiles <= Config::kPersistentMaxTiles) {
       return launch_attention_fwd_sm90<typename Config::Persistent>(p, stream);
     }
   }
   if constexpr (Config::kHasWide) {
-    if (prefer_wide_sm90(p, key_tiles)) return launch_attention_fwd_sm90<typename Config::Wide>(p, stream);
+    // Long key ranges only: at most 8 tiles the persistent form wins, and causal items, which average half the
+    // tiles, need twice as many (H100, bf16, D = 64: wide +4 % at S = 2k, narrow +1.5 % causal at 2k, even at
+    // 4k; NOTES "s49 call 2").
+    if (key_tiles > (p.causal ? 16 : 8) && wide_waves_win(p, 136)) {
+      return launch_attention_fwd_sm90<typename Config::Wide>(p, stream);
+    }
   }
   return launch_attention_fwd_sm90<typename Config::Traits>(p, stream);
 }

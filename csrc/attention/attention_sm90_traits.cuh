@@ -40,7 +40,12 @@ struct AttentionFwdSm90Traits {
   static constexpr int kMinBlocksPerSm = kWarpgroups == 1 ? 2 : 1;
   // setmaxnreg budgets: the producer gives registers back so the consumers can hold S, P and O; the
   // consumers take what a block's share of the register file leaves (multiples of 8, at most 240).
-  static constexpr int kProducerRegs = kPersistent ? 56 : 24;  // persistent: three warps also load Q
+  // How a persistent block's next Q arrives: with several consumer warpgroups (the wide form), by one bulk
+  // tensor copy per swizzle atom from the producer thread (heads not grouped: the launcher's Q map needs a
+  // tile's rows to be consecutive query positions of one head), so the producer keeps 24 registers and the
+  // consumers their 160; with one, by cp.async from producer warps 1-3 (any grouping), at 56 registers.
+  static constexpr bool kQByTma = kPersistent && kWarpgroups > 1;
+  static constexpr int kProducerRegs = kPersistent && !kQByTma ? 56 : 24;
   static constexpr int kConsumerRegsFit = (65536 / kMinBlocksPerSm - 128 * kProducerRegs) / (128 * kWarpgroups) / 8 * 8;
   static constexpr int kConsumerRegs = kConsumerRegsFit < 240 ? kConsumerRegsFit : 240;
 
@@ -61,18 +66,20 @@ struct AttentionFwdSm90Traits {
   static_assert(kMinBlocksPerSm * (kSmemBytes + 1024) <= kSm90SmemPerSm, "kMinBlocksPerSm blocks fit one SM");
 };
 
-// Head dim 64: one consumer warpgroup (64 query rows) per block and two blocks per SM, so one block's fill
-// and epilogue run under the other's main loop (+2-8 % over two warpgroups sharing each K/V tile in one
-// block). Short key ranges (at most kPersistentMaxTiles tiles) take the persistent form: the next item's Q
-// and first K/V tiles load under the current item (+4-8 % at S = 512); its double Q buffer leaves room for
-// two stages only, which costs 1-3 % on long items. Long key ranges take the wide form where the host's
-// estimate favours it (attention_fwd_sm90_launch.cuh): three consumer warpgroups (192 query rows) share every
-// K/V tile, so each SM scheduler has three consumer warps instead of two (H100, bf16: +9-17 % at S = 2k-16k,
-// NOTES "s49 call 2"), at the cost of 192-row items (more padding and coarser waves). Larger head dims: two
-// consumer warpgroups (128 query rows) share every K/V tile (one block per SM). 128-key tiles up to head dim
-// 128 (S and O take 64 + kHeadDim / 2 accumulator registers), 64-key tiles above it. Three stages where shared
-// memory allows. P V under the softmax (kPvUnderSoftmax) above head dim 128 only: without it head dim 256 ran
-// 10-15 % slower, head dims 64 and 128 1-5 % faster (s49 calls 2-3; 192 was not measured and keeps it).
+// Head dim 64: one consumer warpgroup (64 query rows) per block and two blocks per SM, so one block's fill and
+// epilogue run under the other's main loop (+2-8 % over two warpgroups sharing each K/V tile in one block). Short
+// key ranges (at most kPersistentMaxTiles tiles) take the persistent form: the next item's Q and first K/V tiles
+// load under the current item (+4-8 % at S = 512); its double Q buffer leaves room for two stages only, which
+// costs 1-3 % on long items. The wide form, where the host's estimate favours it (attention_fwd_sm90_launch.cuh):
+// three consumer warpgroups (192 query rows) share every K/V tile, so each SM scheduler has three consumer warps
+// instead of two and each K/V tile read from L2 serves three times the rows (H100, bf16: +9-17 % at S = 2k-16k,
+// NOTES "s49 call 2"), at the cost of 192-row items (more padding and coarser waves). Without a causal mask and
+// with heads not grouped it runs persistent (its Q by bulk tensor copies), also at short key ranges (+1-9 % over
+// the forms below, S = 512-8k; causal short items lost up to 22 %, "s49 call 8"). Larger head dims: two consumer
+// warpgroups (128 query rows) share every K/V tile (one block per SM). 128-key tiles up to head dim 128 (S and O
+// take 64 + kHeadDim / 2 accumulator registers), 64-key tiles above it. Three stages where shared memory allows.
+// P V under the softmax (kPvUnderSoftmax) above head dim 128 only: without it head dim 256 ran 10-15 % slower,
+// head dims 64 and 128 1-5 % faster (s49 calls 2-3; 192 was not measured and keeps it).
 template <typename T, int kHeadDim>
 struct AttentionFwdSm90Config {
   static constexpr int kBlockN = kHeadDim <= 128 ? 128 : 64;
@@ -87,6 +94,7 @@ struct AttentionFwdSm90Config {
   using Persistent = AttentionFwdSm90Traits<T, kHeadDim, kBlockN, 1, 2, /*kPersistent=*/true, kPvUnderSoftmax>;
   static constexpr bool kHasWide = kHeadDim == 64;
   using Wide = AttentionFwdSm90Traits<T, kHeadDim, kBlockN, 3, 3, false, kPvUnderSoftmax>;
+  using WidePersistent = AttentionFwdSm90Traits<T, kHeadDim, kBlockN, 3, 3, /*kPersistent=*/true, kPvUnderSoftmax>;
 };
 
 }  // namespace flash_attn_ext

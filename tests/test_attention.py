@@ -711,7 +711,7 @@ def test_cuda_more_items_than_sms(dtype, d, causal):
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 def test_cuda_head_dim_64_long_keys(dtype, b, hq, hk, sq, sk, causal):
     # more than 8 key tiles at head dim 64: on 132 SMs the Hopper kernel's wide form (three consumer warpgroups,
-    # 192-row items; the last item of each head part rows past Sq, GQA rows packed) takes all of these but the
+    # 192-row items; each head's last item partly rows past Sq, GQA rows packed) takes all of these but the
     # causal 1100-key one, which stays on the narrow form (at most 16 tiles); the first shape without a mask
     # runs it persistent (heads not grouped: Q by bulk tensor copies)
     check_attention(*make_qkv(b, hq, hk, sq, sk, 64, dtype, "cuda"), causal=causal)

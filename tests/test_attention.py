@@ -677,6 +677,14 @@ def test_cuda_respects_current_stream():
     torch.testing.assert_close(merged_lse, lse + math.log(2.0))
 
 
+def cuda_kernel_names(call):
+    """Names of the profiler events (CUDA kernels among them) of one call, which is synchronized."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        call()
+        torch.cuda.synchronize()
+    return [e.name for e in prof.events()]
+
+
 @pytest.mark.cuda
 @pytest.mark.skipif(not IS_SM90, reason="the wgmma kernel runs on compute capability 9.0 only")
 @pytest.mark.parametrize("forced, kernel", [("auto", "attention_fwd_sm90_kernel<"), ("sm80", "attention_fwd_kernel<")])
@@ -684,10 +692,7 @@ def test_cuda_dispatch_picks_the_hopper_kernel(monkeypatch, forced, kernel):
     # A build whose TORCH_CUDA_ARCH_LIST lacks 9.0a has no wgmma kernel and fails here on an H100/H200.
     monkeypatch.setenv("FLASH_ATTN_EXT_ATTENTION_KERNEL", forced)
     q, k, v = make_qkv(2, 4, 2, 300, 300, 128, torch.bfloat16, "cuda")
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        fae.attention(q, k, v)
-        torch.cuda.synchronize()
-    names = [e.name for e in prof.events()]
+    names = cuda_kernel_names(lambda: fae.attention(q, k, v))
     assert any(kernel in n for n in names), f"{kernel} not among {sorted(set(names))}"
 
 
@@ -725,10 +730,8 @@ def test_cuda_head_dim_64_picks_the_wide_form(sk, causal, wide):
     # from 78 (H20) to 132 (H100 SXM, H200). Causal at 8 key tiles or fewer runs the narrow persistent form;
     # without a mask the wide form runs at any key range (persistent), with one from 17 key tiles on
     q, k, v = make_qkv(4, 16, 16, 3072, sk, 64, torch.bfloat16, "cuda")
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        fae.attention(q, k, v, causal=causal)
-        torch.cuda.synchronize()
-    names = [e.name for e in prof.events() if "attention_fwd_sm90_kernel<" in e.name]
+    names = [n for n in cuda_kernel_names(lambda: fae.attention(q, k, v, causal=causal))
+             if "attention_fwd_sm90_kernel<" in n]
     assert names, "the Hopper kernel did not run"
     assert all((", 64, 128, 3, 3," in n) == wide for n in names), names
 
@@ -792,10 +795,7 @@ def test_cuda_decode_kernel_shapes(b, hq, hk, sq, sk, d, causal):
 @pytest.mark.parametrize("sq, decode", [(4, True), (5, False)])
 def test_cuda_dispatch_picks_the_decode_kernel(sq, decode):
     q, k, v = make_qkv(1, 8, 2, sq, 3000, 64, torch.bfloat16, "cuda")  # packed rows: 16, then 20
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        fae.attention(q, k, v)
-        torch.cuda.synchronize()
-    names = [e.name for e in prof.events()]
+    names = cuda_kernel_names(lambda: fae.attention(q, k, v))
     assert any("attention_decode_kernel<" in n for n in names) == decode, sorted(set(names))
 
 

@@ -194,9 +194,10 @@ __device__ __forceinline__ void for_each_item(long long items, int m_blocks, boo
 // shared-memory tiles by bulk tensor copies (TMA), each stage with a "full" barrier (copies landed) and an
 // "empty" barrier (all consumers done with it); the rings and their phases run on across items (`slot` counts the
 // tiles streamed so far), so the next item's first tiles arrive while the consumers finish the current one. A
-// persistent block also double-buffers Q: the next item's Q loads while the consumers work on the current one, by
-// cp.async from warps 1-3 of the producer, or (Traits::kQByTma, the wide form) by bulk tensor copies from the
-// producer thread ahead of the item's K/V tiles. The other warpgroups are consumers: warpgroup 1 + w owns rows
+// persistent block also double-buffers Q where shared memory allows (Traits::kQBuffers): the next item's Q loads
+// while the consumers work on the current one, by cp.async from warps 1-3 of the producer, or (Traits::kQByTma,
+// two or three consumer warpgroups) by bulk tensor copies from the producer thread ahead of the item's K/V tiles
+// (with one Q buffer, behind its first K/V tiles). The other warpgroups are consumers: warpgroup 1 + w owns rows
 // 64w..64w+63 and, inside it, warp v rows 16v..16v+15 (thread: rows 16v + lane/4 and + 8, as in the mma.sync C
 // layout); each computes S = Q K^T for its rows, the online softmax in registers, and O += P V (with
 // Traits::kPvUnderSoftmax, the P V of one tile under the softmax of the next). Consumers never meet at a block
@@ -274,6 +275,14 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
       for_each_item<kPersistent>(items, m_blocks, p.causal, [&](long long item, int local) {
         const BlockCoords bc = block_coords(p, m_blocks, item);
         const int n_tiles = key_tiles(bc.m_block * kBlockM);
+        int tile = 0;
+        if (kPersistent && Traits::kQBuffers == 1 && n_tiles > 0) {
+          // One Q buffer: it frees only when the current item's epilogue is done, so the item's first K and V
+          // tiles go out before the producer waits for it, to land under that epilogue.
+          fill(sK, &k_map, full_k, empty_k, bc, 0);
+          fill(sV, &v_map, full_v, empty_v, bc, 0);
+          ++tile, ++slot;
+        }
         if constexpr (Traits::kQByTma) {
           const int buf = local % Traits::kQBuffers, use = local / Traits::kQBuffers;
           if (use > 0) mbarrier_wait(q_empty + buf, (use - 1) & 1);
@@ -285,7 +294,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
           }
         }
         // K_j, then V_j: V_j is used one step after K_j, and its stage frees one step later too.
-        for (int tile = 0; tile < n_tiles; ++tile, ++slot) {
+        for (; tile < n_tiles; ++tile, ++slot) {
           fill(sK, &k_map, full_k, empty_k, bc, tile);
           fill(sV, &v_map, full_v, empty_v, bc, tile);
         }

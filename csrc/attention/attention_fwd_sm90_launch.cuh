@@ -16,44 +16,43 @@
 
 namespace flash_attn_ext {
 
+// A (head dim, seqlen, heads, batch) map of one of Q, K, V, O (element strides of a row, a head, a batch), in
+// boxes of 64 columns x `box_rows` rows of one head, 128-byte swizzled; false where the driver cannot describe it.
+inline bool make_head_major_map(CUtensorMap* map, bool bf16, const void* base, const AttentionParams& p, int seqlen,
+                                int heads, int64_t row_stride, int64_t head_stride, int64_t batch_stride,
+                                int box_rows) {
+  const uint64_t dims[4] = {uint64_t(p.head_dim), uint64_t(seqlen), uint64_t(heads), uint64_t(p.batch)};
+  const uint64_t strides[3] = {uint64_t(row_stride) * 2, uint64_t(head_stride) * 2, uint64_t(batch_stride) * 2};
+  const uint32_t box[4] = {64, uint32_t(box_rows), 1, 1};
+  return make_tensor_map_4d_sw128(map, bf16, base, dims, strides, box);
+}
+
 template <typename Traits>
 bool launch_attention_fwd_sm90(const AttentionParams& p, cudaStream_t stream) {
   using T = typename Traits::T;
   TORCH_CHECK(p.num_splits == 1, "flash_attn_ext.attention: the sm90 kernel does not split keys");
-  // K and V as (head dim, Sk, Hk, B) for the bulk tensor copies; boxes of 64 columns x kBlockN keys.
+  // Q by bulk tensor copies needs a tile's rows to be consecutive query positions of one head: heads not
+  // grouped. Declined before any map is encoded; the caller takes another form.
+  if (Traits::kQByTma && p.group != 1) return false;
   constexpr bool kBf16 = std::is_same<T, __nv_bfloat16>::value;
-  const uint64_t dims[4] = {uint64_t(p.head_dim), uint64_t(p.seqlen_k), uint64_t(p.heads_kv), uint64_t(p.batch)};
-  const uint32_t box[4] = {64, uint32_t(Traits::kBlockN), 1, 1};
-  const uint64_t k_strides[3] = {uint64_t(p.k_row_stride) * 2, uint64_t(p.k_head_stride) * 2,
-                                 uint64_t(p.k_batch_stride) * 2};
-  const uint64_t v_strides[3] = {uint64_t(p.v_row_stride) * 2, uint64_t(p.v_head_stride) * 2,
-                                 uint64_t(p.v_batch_stride) * 2};
+  // K and V in boxes of kBlockN keys for the producer's bulk tensor copies.
   CUtensorMap k_map, v_map;
-  if (!make_tensor_map_4d_sw128(&k_map, kBf16, p.k, dims, k_strides, box) ||
-      !make_tensor_map_4d_sw128(&v_map, kBf16, p.v, dims, v_strides, box)) {
+  if (!make_head_major_map(&k_map, kBf16, p.k, p, p.seqlen_k, p.heads_kv, p.k_row_stride, p.k_head_stride,
+                           p.k_batch_stride, Traits::kBlockN) ||
+      !make_head_major_map(&v_map, kBf16, p.v, p, p.seqlen_k, p.heads_kv, p.v_row_stride, p.v_head_stride,
+                           p.v_batch_stride, Traits::kBlockN)) {
     return false;  // strides the copy engine cannot walk (e.g. broadcast heads): the caller falls back
   }
-  // O as (head dim, Sq, Hq, B) for the epilogue's bulk tensor stores, boxes of 64 columns x one warp's 16
-  // rows; only when heads are not grouped (a packed tile's rows then are consecutive query positions of one
-  // head). Otherwise, or when the driver cannot describe O, the lanes store it.
+  // O in boxes of one warp's 16 rows for the epilogue's bulk tensor stores; only when heads are not grouped (a
+  // packed tile's rows then are consecutive query positions of one head). Otherwise, or when the driver cannot
+  // describe O, the lanes store it.
   CUtensorMap o_map = k_map;  // a placeholder the kernel does not read unless o_by_tma
-  bool o_by_tma = false;
-  if (p.group == 1) {
-    const uint64_t o_dims[4] = {uint64_t(p.head_dim), uint64_t(p.seqlen_q), uint64_t(p.heads_q), uint64_t(p.batch)};
-    const uint64_t o_strides[3] = {uint64_t(p.o_row_stride) * 2, uint64_t(p.o_head_stride) * 2,
-                                   uint64_t(p.o_batch_stride) * 2};
-    const uint32_t o_box[4] = {64, 16, 1, 1};
-    o_by_tma = make_tensor_map_4d_sw128(&o_map, kBf16, p.out, o_dims, o_strides, o_box);
-  }
+  const bool o_by_tma = p.group == 1 && make_head_major_map(&o_map, kBf16, p.out, p, p.seqlen_q, p.heads_q,
+                                                            p.o_row_stride, p.o_head_stride, p.o_batch_stride, 16);
   CUtensorMap q_map = k_map;  // a placeholder the kernel does not read unless Traits::kQByTma
-  if constexpr (Traits::kQByTma) {
-    // Q as (head dim, Sq, Hq, B), boxes of 64 columns x kBlockM rows: only when heads are not grouped.
-    if (p.group != 1) return false;
-    const uint64_t q_dims[4] = {uint64_t(p.head_dim), uint64_t(p.seqlen_q), uint64_t(p.heads_q), uint64_t(p.batch)};
-    const uint64_t q_strides[3] = {uint64_t(p.q_row_stride) * 2, uint64_t(p.q_head_stride) * 2,
-                                   uint64_t(p.q_batch_stride) * 2};
-    const uint32_t q_box[4] = {64, uint32_t(Traits::kBlockM), 1, 1};
-    if (!make_tensor_map_4d_sw128(&q_map, kBf16, p.q, q_dims, q_strides, q_box)) return false;
+  if (Traits::kQByTma && !make_head_major_map(&q_map, kBf16, p.q, p, p.seqlen_q, p.heads_q, p.q_row_stride,
+                                              p.q_head_stride, p.q_batch_stride, Traits::kBlockM)) {
+    return false;
   }
   auto kernel = &attention_fwd_sm90::attention_fwd_sm90_kernel<Traits>;
   constexpr int kSmem = static_cast<int>(Traits::kSmemBytes);
@@ -93,17 +92,26 @@ template <typename T, int kHeadDim>
 bool run_attention_fwd_sm90(const AttentionParams& p, cudaStream_t stream) {
   using Config = AttentionFwdSm90Config<T, kHeadDim>;
   const int64_t key_tiles = (int64_t(p.seqlen_k) + Config::kBlockN - 1) / Config::kBlockN;
+  // The forms whose Q arrives by bulk tensor copies decline grouped heads (their launcher returns false before
+  // encoding any map), which take the forms after them.
   if constexpr (Config::kHasWide) {
-    // Without a causal mask the wide form runs persistent at any key range; its launcher declines grouped
-    // heads (no Q map), which take the forms below.
+    // Without a causal mask the wide form runs persistent at any key range.
     if (!p.causal && key_tiles > 0 && wide_waves_win(p, 125) &&
         launch_attention_fwd_sm90<typename Config::WidePersistent>(p, stream)) {
       return true;
     }
   }
   if constexpr (Config::kHasPersistent) {
-    if (key_tiles <= Config::kPersistentMaxTiles) {
-      return launch_attention_fwd_sm90<typename Config::Persistent>(p, stream);
+    // Head dim 64: causal calls only (without a mask it ran level with the forms here at S <= 1k and 6-11 %
+    // slower at 2k-8k; NOTES "s50 calls 2-3").
+    if ((kHeadDim != 64 || p.causal) && key_tiles <= Config::kPersistentMaxTiles &&
+        launch_attention_fwd_sm90<typename Config::Persistent>(p, stream)) {
+      return true;
+    }
+  }
+  if constexpr (Config::kHasNarrowPersistent) {
+    if (key_tiles <= Config::kNarrowPersistentMaxTiles) {
+      return launch_attention_fwd_sm90<typename Config::NarrowPersistent>(p, stream);
     }
   }
   if constexpr (Config::kHasWide) {

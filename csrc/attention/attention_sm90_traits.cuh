@@ -1,6 +1,7 @@
 #pragma once
 // Compile-time tile configuration of the Hopper (wgmma) attention forward, and the one function that picks
 // it per (dtype, head-dim tile).
+#include <climits>
 #include <cstddef>
 
 namespace flash_attn_ext {
@@ -23,10 +24,17 @@ struct AttentionFwdSm90Traits {
   static constexpr int kBlockN = kBlockN_;          // keys per K/V tile
   static constexpr int kWarpgroups = kWarpgroups_;  // consumers, each owning 64 packed query rows
   static constexpr int kStages = kStages_;          // depth of the K ring and of the V ring
-  // Blocks stay resident and take items blockIdx.x, + gridDim.x, ...: the next item's Q (double-buffered)
-  // and first K/V tiles load while the current one finishes.
+  // Blocks stay resident and take items blockIdx.x, + gridDim.x, ...: the next item's first K/V tiles, and
+  // its Q where shared memory holds two Q buffers (all but head dim 256), load while the current one finishes.
   static constexpr bool kPersistent = kPersistent_;
-  static constexpr int kQBuffers = kPersistent ? 2 : 1;
+  static constexpr int kBlockM = 64 * kWarpgroups;
+  // One consumer warpgroup: two blocks per SM, so one block's fill and epilogue run under the other's loop.
+  static constexpr int kMinBlocksPerSm = kWarpgroups == 1 ? 2 : 1;
+  static constexpr int kQBuffers =
+      kPersistent && kMinBlocksPerSm * (attention_sm90_smem_bytes(kBlockM, kBlockN, kHeadDim, kStages, 2) + 1024) <=
+                         kSm90SmemPerSm
+          ? 2
+          : 1;
   // The consumers' schedule of a key tile j. True: S_j = Q K_j^T and O += P_{j-1} V_{j-1} are issued
   // together, the warpgroup waits for S_j alone and computes its softmax while P V runs. False: P_{j-1}
   // V_{j-1} is issued as soon as P_{j-1} is packed, S_j right behind it, and the warpgroup waits for both
@@ -34,16 +42,13 @@ struct AttentionFwdSm90Traits {
   // softmax. The second holds fewer registers through the softmax (P's are free), which is what lets three
   // consumer warpgroups fit 160 registers a thread without spills.
   static constexpr bool kPvUnderSoftmax = kPvUnderSoftmax_;
-  static constexpr int kBlockM = 64 * kWarpgroups;
   static constexpr int kThreads = 128 * (kWarpgroups + 1);  // + the producer warpgroup (warpgroup 0)
-  // One consumer warpgroup: two blocks per SM, so one block's fill and epilogue run under the other's loop.
-  static constexpr int kMinBlocksPerSm = kWarpgroups == 1 ? 2 : 1;
   // setmaxnreg budgets: the producer gives registers back so the consumers can hold S, P and O; the
   // consumers take what a block's share of the register file leaves (multiples of 8, at most 240).
-  // How a persistent block's next Q arrives: with several consumer warpgroups (the wide form), by one bulk
-  // tensor copy per swizzle atom from the producer thread (heads not grouped: the launcher's Q map needs a
-  // tile's rows to be consecutive query positions of one head), so the producer keeps 24 registers and the
-  // consumers their 160; with one, by cp.async from producer warps 1-3 (any grouping), at 56 registers.
+  // How a persistent block's next Q arrives: with several consumer warpgroups, by one bulk tensor copy per
+  // swizzle atom from the producer thread (heads not grouped: the launcher's Q map needs a tile's rows to be
+  // consecutive query positions of one head), so the producer keeps 24 registers and the consumers theirs (160
+  // in the wide form); with one, by cp.async from producer warps 1-3 (any grouping), at 56 registers.
   static constexpr bool kQByTma = kPersistent && kWarpgroups > 1;
   static constexpr int kProducerRegs = kPersistent && !kQByTma ? 56 : 24;
   static constexpr int kConsumerRegsFit = (65536 / kMinBlocksPerSm - 128 * kProducerRegs) / (128 * kWarpgroups) / 8 * 8;
@@ -68,18 +73,25 @@ struct AttentionFwdSm90Traits {
 
 // Head dim 64: one consumer warpgroup (64 query rows) per block and two blocks per SM, so one block's fill and
 // epilogue run under the other's main loop (+2-8 % over two warpgroups sharing each K/V tile in one block). Short
-// key ranges (at most kPersistentMaxTiles tiles) take the persistent form: the next item's Q and first K/V tiles
-// load under the current item (+4-8 % at S = 512); its double Q buffer leaves room for two stages only, which
-// costs 1-3 % on long items. The wide form, where the host's estimate favours it (attention_fwd_sm90_launch.cuh):
-// three consumer warpgroups (192 query rows) share every K/V tile, so each SM scheduler has three consumer warps
-// instead of two and each K/V tile read from L2 serves three times the rows (H100, bf16: +9-17 % at S = 2k-16k,
-// NOTES "s49 call 2"), at the cost of 192-row items (more padding and coarser waves). Without a causal mask and
-// with heads not grouped it runs persistent (its Q by bulk tensor copies), also at short key ranges (+1-9 % over
-// the other forms, S = 512-8k; causal short items lost up to 22 %, "s49 call 8"). Larger head dims: two consumer
-// warpgroups (128 query rows) share every K/V tile (one block per SM). 128-key tiles up to head dim 128 (S and O
-// take 64 + kHeadDim / 2 accumulator registers), 64-key tiles above it. Three stages where shared memory allows.
-// P V under the softmax (kPvUnderSoftmax) above head dim 128 only: without it head dim 256 ran 10-15 % slower,
-// head dims 64 and 128 1-5 % faster (s49 calls 2-3; 192 was not measured and keeps it).
+// key ranges (at most kNarrowPersistentMaxTiles tiles) take that form persistent (NarrowPersistent): the next
+// item's Q and first K/V tiles load under the current item (+4-8 % at S = 512); its double Q buffer leaves room
+// for two stages only, which costs 1-3 % on long items. The wide form, where the host's estimate favours it
+// (attention_fwd_sm90_launch.cuh): three consumer warpgroups (192 query rows) share every K/V tile, so each SM
+// scheduler has three consumer warps instead of two and each K/V tile read from L2 serves three times the rows
+// (H100, bf16: +9-17 % at S = 2k-16k, NOTES "s49 call 2"), at the cost of 192-row items (more padding and
+// coarser waves). Without a causal mask and with heads not grouped it runs persistent (its Q by bulk tensor
+// copies), also at short key ranges (+1-9 % over the other forms, S = 512-8k; causal short items lost up to 22 %,
+// "s49 call 8"). Larger head dims: two consumer warpgroups (128 query rows) share every K/V tile (one block per
+// SM). 128-key tiles up to head dim 128 (S and O take 64 + kHeadDim / 2 accumulator registers), 64-key tiles
+// above it. Three stages where shared memory allows. P V under the softmax (kPvUnderSoftmax) above head dim 128
+// only: without it head dim 256 ran 10-15 % slower, head dims 64 and 128 1-5 % faster (s49 calls 2-3; 192 was
+// not measured and keeps it).
+// Persistent: two consumer warpgroups in persistent blocks, their next Q by bulk tensor copies (heads not
+// grouped), at head dims 64 (causal, at most kPersistentMaxTiles key tiles), 128 and 256 (H100, bf16, against
+// the one-item forms: D = 128 +20-25 % at S = 512, +7-13 % at 2k, +2-7 % at 8k, level at 16k; D = 256 +1-10 %
+// from 1k to 8k, 2 % slower causal at 512 and 16k; D = 64 causal +7 % at 512-1k, +3 % at 4k, 5 % slower at 8k;
+// NOTES "s50 calls 1-4"). Two Q buffers and two stages at head dim 128 (one buffer and three stages ran 15-20 %
+// slower at S <= 1k), one Q buffer at 256, where two do not fit; 192 was not measured and keeps the one-item form.
 template <typename T, int kHeadDim>
 struct AttentionFwdSm90Config {
   static constexpr int kBlockN = kHeadDim <= 128 ? 128 : 64;
@@ -89,9 +101,15 @@ struct AttentionFwdSm90Config {
       kBlocksPerSm * (attention_sm90_smem_bytes(64 * kWarpgroups, kBlockN, kHeadDim, 3) + 1024) <= kSm90SmemPerSm ? 3 : 2;
   static constexpr bool kPvUnderSoftmax = kHeadDim > 128;
   using Traits = AttentionFwdSm90Traits<T, kHeadDim, kBlockN, kWarpgroups, kStages, false, kPvUnderSoftmax>;
-  static constexpr bool kHasPersistent = kWarpgroups == 1;
-  static constexpr int kPersistentMaxTiles = 8;
-  using Persistent = AttentionFwdSm90Traits<T, kHeadDim, kBlockN, 1, 2, /*kPersistent=*/true, kPvUnderSoftmax>;
+  static constexpr bool kHasNarrowPersistent = kWarpgroups == 1;
+  static constexpr int kNarrowPersistentMaxTiles = 8;
+  using NarrowPersistent = AttentionFwdSm90Traits<T, kHeadDim, kBlockN, 1, 2, /*kPersistent=*/true, kPvUnderSoftmax>;
+  static constexpr bool kHasPersistent = kHeadDim != 192;
+  static constexpr int kPersistentMaxTiles = kHeadDim == 64 ? 32 : INT_MAX;
+  static constexpr int kPersistentStages =
+      attention_sm90_smem_bytes(128, kBlockN, kHeadDim, 3, 2) <= kSm90SmemLimit ? 3 : 2;
+  using Persistent =
+      AttentionFwdSm90Traits<T, kHeadDim, kBlockN, 2, kPersistentStages, /*kPersistent=*/true, kPvUnderSoftmax>;
   static constexpr bool kHasWide = kHeadDim == 64;
   using Wide = AttentionFwdSm90Traits<T, kHeadDim, kBlockN, 3, 3, false, kPvUnderSoftmax>;
   using WidePersistent = AttentionFwdSm90Traits<T, kHeadDim, kBlockN, 3, 3, /*kPersistent=*/true, kPvUnderSoftmax>;

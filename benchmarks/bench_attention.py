@@ -1,15 +1,16 @@
 """Attention forward: flash_attn_ext vs PyTorch SDPA backends (flash, cuDNN, efficient), same inputs, same run.
 
-Prefill grid: B * S = 16k tokens, Hq = Hk = 2048 / D, Sq = Sk = S; TFLOP/s = 4 * B * Hq * Sq * Sk * D / time,
-halved for causal. Decode grid: Sq = 1, GQA Hq:Hk = 32:8, D = 128; reported as time and K/V bandwidth
-(bytes of K and V / time) against the measured copy bandwidth. A backend that refuses a config is "n/a".
-Each point also records the max abs difference of every output against SDPA flash (cuDNN, efficient where
-flash refuses), so a fast but wrong kernel shows.
+Prefill grid: B * S = 16k tokens, Hq = 2048 / D, Hk = Hq / --group (1), Sq = Sk = S; TFLOP/s = 4 * B * Hq * Sq *
+Sk * D / time, halved for causal. Decode grid: Sq = 1, GQA Hq:Hk = 32:8, D = 128; reported as time and K/V
+bandwidth (bytes of K and V / time) against the measured copy bandwidth. A backend that refuses a config is "n/a".
+Each point also records the max abs difference of every output against SDPA flash (cuDNN, efficient where flash
+refuses), so a fast but wrong kernel shows.
 
     python3 benchmarks/bench_attention.py                       # full grid (about 2-4 minutes on an H100)
     python3 benchmarks/bench_attention.py --quick
     python3 benchmarks/bench_attention.py --only grid=prefill,D=128,causal=1 --impls fae,sdpa_cudnn
     python3 benchmarks/bench_attention.py --quick --device cpu
+    python3 benchmarks/bench_attention.py --only grid=prefill --group 4   # GQA prefill, 4 query heads per kv head
 """
 import argparse
 import contextlib
@@ -60,7 +61,8 @@ def grids(args, cuda):
             for S in common.parse_ints(args.seqlens):
                 B = max(1, args.tokens // S)
                 for causal in (False, True):
-                    points.append(dict(grid="prefill", dtype=dt, B=B, Hq=H, Hk=H, Sq=S, Sk=S, D=D, causal=causal))
+                    points.append(dict(grid="prefill", dtype=dt, B=B, Hq=H, Hk=max(1, H // args.group), Sq=S, Sk=S,
+                                       D=D, causal=causal))
     for dt in common.parse_dtypes(args.decode_dtypes, ""):
         for Sk in common.parse_ints(args.decode_seqlens):
             points.append(dict(grid="decode", dtype=dt, B=args.decode_batch, Hq=32, Hk=8, Sq=1, Sk=Sk, D=128,
@@ -246,6 +248,7 @@ def main(argv=None):
     p.add_argument("--seqlens", default=None, help="prefill S values (default 512,1k,2k,4k,8k,16k)")
     p.add_argument("--tokens", type=int, default=None, help="prefill B * S (default 16384)")
     p.add_argument("--model-dim", type=int, default=None, help="prefill Hq * D (default 2048)")
+    p.add_argument("--group", type=int, default=1, help="prefill query heads per kv head (GQA; default 1)")
     p.add_argument("--decode-seqlens", default=None, help="decode Sk values (default 4k,32k,128k)")
     p.add_argument("--decode-batch", type=int, default=None, help="decode B (default 8)")
     p.add_argument("--decode-dtypes", default=None, help="decode dtypes (default bf16)")
@@ -280,7 +283,7 @@ def main(argv=None):
                "config": {"points": len(points), "impls_timed": impls, "warmup": timer.warmup, "reps": timer.reps,
                           "flush": timer.flush_mode, "flush_bytes": timer.flush_bytes, "quick": args.quick,
                           "sdpa_enable_gqa": gqa_kwarg,
-                          "tokens": args.tokens, "model_dim": args.model_dim,
+                          "tokens": args.tokens, "model_dim": args.model_dim, "group": args.group,
                           "flops": "4*B*Hq*Sq*Sk*D, halved for causal", "kv_GBps": "bytes of K and V / time"},
                "complete": False, "results": []}
     print(f"# attention benchmark on {env['device_name']} (torch {env['torch']}, commit {env['git_commit'][:12]}); "

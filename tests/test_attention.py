@@ -699,14 +699,15 @@ def test_cuda_dispatch_picks_the_hopper_kernel(monkeypatch, forced, kernel):
 @pytest.mark.cuda
 @requires_cuda
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("hq, hk", [(64, 16), (32, 32)], ids=["grouped", "ungrouped"])
+@pytest.mark.parametrize("hq, hk", [(32, 32), (64, 16), (64, 2), (48, 16)], ids=["g1", "g4", "g32", "g3"])
 @pytest.mark.parametrize("d", [64, 128, 256])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 def test_cuda_more_items_than_sms(dtype, d, hq, hk, causal):
-    # hundreds of (m block, batch, kv head) items: the Hopper kernel's persistent blocks (at head dim 64 with
-    # few keys, and with heads not grouped at 128 and 256) each work through several pairs of items, their K/V
-    # rings and Q buffers (one at head dim 256) running on from one item to the next; an odd number of m blocks
-    # per head, so the middle one of each head is a pair of one
+    # hundreds of (m block, batch, kv head) items: the Hopper kernel's persistent blocks each work through
+    # several pairs of items, their K/V rings and Q buffers (one at head dim 256) running on from one item to
+    # the next; an odd number of m blocks per head, so the middle one of each head is a pair of one. Groups of
+    # 1 and 4 query heads: Q in and O out by bulk tensor copies; 32: Q only (a warp's 16 rows are not whole
+    # positions); 3: neither (Q by the narrow form's loader warps at head dim 64, one-item blocks above)
     check_attention(*make_qkv(3, hq, hk, 300, 257, d, dtype, "cuda"), causal=causal)
 
 
@@ -718,34 +719,35 @@ def test_cuda_more_items_than_sms(dtype, d, hq, hk, causal):
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 def test_cuda_head_dim_64_long_keys(dtype, b, hq, hk, sq, sk, causal):
     # more than 8 key tiles at head dim 64: on 132 SMs the Hopper kernel's wide form (three consumer warpgroups,
-    # 192-row items; each head's last item partly rows past Sq, GQA rows packed) takes all of these but two
-    # causal ones: 1100 keys stay on the narrow form (at most 16 tiles), and the first shape runs two consumer
-    # warpgroups persistent (heads not grouped, at most 32 tiles); the first shape without a mask runs the wide
-    # form persistent (heads not grouped: Q by bulk tensor copies)
+    # 192-row items; each head's last item partly rows past Sq, GQA rows packed) takes these without a mask
+    # (persistent: Q by bulk tensor copies) and the causal ones above 16 key tiles; the causal 1100-key one
+    # runs two consumer warpgroups persistent
     check_attention(*make_qkv(b, hq, hk, sq, sk, 64, dtype, "cuda"), causal=causal)
 
 
-# (head dim, kv heads of 16 query heads, keys, causal) -> the Hopper kernel's form, by the template arguments
-# of its traits in the kernel's name (head dim, key tile, consumer warpgroups, stages, persistent). 4 batches of
-# 16 heads of 3072 (head dim 64) or 1024 query rows: enough items that no call splits its keys, and for the wide
-# form's waves to win on any SM count from 78 (H20) to 132 (H100 SXM, H200).
+# (head dim, query heads, kv heads, keys, causal) -> the Hopper kernel's form, by the template arguments of its
+# traits in the kernel's name (head dim, key tile, consumer warpgroups, stages, persistent). 4 batches of 3072
+# (head dim 64) or 1024 query rows: enough items that no call splits its keys, and for the wide form's waves to
+# win on any SM count from 78 (H20) to 132 (H100 SXM, H200).
 HOPPER_FORMS = [
-    (64, 16, 1024, True, ", 64, 128, 2, 3, true,"),    # causal, at most 32 key tiles: two warpgroups, persistent
-    (64, 4, 1024, True, ", 64, 128, 1, 2, true,"),     # grouped heads (no Q map): the narrow persistent form
-    (64, 16, 1024, False, ", 64, 128, 3, 3, true,"),   # no mask: the wide form, persistent
-    (64, 16, 4224, True, ", 64, 128, 3, 3, false,"),   # causal, 33 key tiles: the wide form, one item a block
-    (128, 16, 1024, True, ", 128, 128, 2, 2, true,"),  # persistent, two Q buffers
-    (128, 2, 1024, False, ", 128, 128, 2, 3, false,"),  # grouped heads: one item a block
-    (256, 16, 1024, False, ", 256, 64, 2, 2, true,"),  # persistent, one Q buffer
-    (256, 2, 1024, True, ", 256, 64, 2, 2, false,"),
+    (64, 16, 16, 1024, True, ", 64, 128, 2, 3, true,"),    # causal, at most 32 key tiles: two warpgroups, persistent
+    (64, 16, 4, 1024, True, ", 64, 128, 2, 3, true,"),     # the same with groups of 4 query heads (Q map of 5 dims)
+    (64, 12, 4, 1024, True, ", 64, 128, 1, 2, true,"),     # groups of 3 do not divide 128 rows: narrow persistent
+    (64, 16, 16, 1024, False, ", 64, 128, 3, 3, true,"),   # no mask: the wide form, persistent
+    (64, 16, 16, 4224, True, ", 64, 128, 3, 3, false,"),   # causal, 33 key tiles: the wide form, one item a block
+    (128, 16, 16, 1024, True, ", 128, 128, 2, 2, true,"),  # persistent, two Q buffers
+    (128, 16, 2, 1024, False, ", 128, 128, 2, 2, true,"),  # groups of 8
+    (128, 12, 4, 1024, False, ", 128, 128, 2, 3, false,"),  # groups of 3: one item a block
+    (256, 16, 16, 1024, False, ", 256, 64, 2, 2, true,"),  # persistent, one Q buffer
+    (256, 12, 4, 1024, True, ", 256, 64, 2, 2, false,"),
 ]
 
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not IS_SM90, reason="the wgmma kernel runs on compute capability 9.0 only")
-@pytest.mark.parametrize("d, hk, sk, causal, form", HOPPER_FORMS, ids=str)
-def test_cuda_hopper_kernel_forms(d, hk, sk, causal, form):
-    q, k, v = make_qkv(4, 16, hk, 3072 if d == 64 else 1024, sk, d, torch.bfloat16, "cuda")
+@pytest.mark.parametrize("d, hq, hk, sk, causal, form", HOPPER_FORMS, ids=str)
+def test_cuda_hopper_kernel_forms(d, hq, hk, sk, causal, form):
+    q, k, v = make_qkv(4, hq, hk, 3072 if d == 64 else 1024, sk, d, torch.bfloat16, "cuda")
     names = [n for n in cuda_kernel_names(lambda: fae.attention(q, k, v, causal=causal))
              if "attention_fwd_sm90_kernel<" in n]
     assert names, "the Hopper kernel did not run"

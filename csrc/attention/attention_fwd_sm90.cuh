@@ -27,28 +27,32 @@ using attention_fwd::key_limit;
 using attention_fwd::lse_index;
 using attention_fwd::packed_row_offset;
 
-// One bulk tensor copy (TMA) of a box of 64 columns x rows of K or V, head (kv_head, batch), starting at
-// (col, row), into one swizzle atom; completes on `bar` with the box's bytes (rows past Sk and columns past
-// the head dim arrive as zeros).
-__device__ __forceinline__ void tma_load_box(void* smem_dst, const CUtensorMap* map, uint64_t* bar, int col, int row,
+// The launcher's tensor maps (attention_fwd_sm90_launch.cuh) are (head dim, group, seqlen, kv heads, batch):
+// a box of 64 columns x group x rows / group positions, of kv head `head`, is `rows` packed rows of Q or O (row
+// r = position r / group of query head head * group + r % group), or of K or V (group 1) `rows` keys.
+
+// One bulk tensor copy (TMA) of a box at column `col`, position `pos`, (head, batch) into one swizzle atom;
+// completes on `bar` with the box's bytes (positions past the sequence and columns past the head dim arrive
+// as zeros).
+__device__ __forceinline__ void tma_load_box(void* smem_dst, const CUtensorMap* map, uint64_t* bar, int col, int pos,
                                              int head, int batch) {
   asm volatile(
-      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, "
+      "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, 0, %4, %5, "
       "%6}], [%2];\n" ::"r"(smem_addr(smem_dst)),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(col), "r"(row), "r"(head), "r"(batch)
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(col), "r"(pos), "r"(head), "r"(batch)
       : "memory");
 }
 
-// One bulk tensor store (TMA) of a box of 64 columns x 16 rows of O, head (head, batch), at (col, row), from
-// a swizzle atom's rows (rows past Sq and columns past the head dim are not written); then the store's
-// completion group, and the wait until every store of this thread has read its shared memory.
-__device__ __forceinline__ void tma_store_box(const CUtensorMap* map, const void* smem_src, int col, int row, int head,
+// One bulk tensor store (TMA) of a box of O at column `col`, position `pos`, (head, batch), from a swizzle
+// atom's rows (positions past Sq and columns past the head dim are not written).
+__device__ __forceinline__ void tma_store_box(const CUtensorMap* map, const void* smem_src, int col, int pos, int head,
                                               int batch) {
-  asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];\n" ::"l"(
+  asm volatile("cp.async.bulk.tensor.5d.global.shared::cta.bulk_group [%0, {%2, 0, %3, %4, %5}], [%1];\n" ::"l"(
                    reinterpret_cast<uint64_t>(map)),
-               "r"(smem_addr(smem_src)), "r"(col), "r"(row), "r"(head), "r"(batch)
+               "r"(smem_addr(smem_src)), "r"(col), "r"(pos), "r"(head), "r"(batch)
                : "memory");
 }
+// The store's completion group, and the wait until every store of this thread has read its shared memory.
 __device__ __forceinline__ void bulk_commit_and_wait_read() {
   asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
   asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
@@ -290,7 +294,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
 #pragma unroll
           for (int a = 0; a < Traits::kAtoms; ++a) {
             tma_load_box(sQ + buf * Traits::kQBytes + a * kBlockM * 128, &q_map, q_full + buf, a * 64,
-                         bc.m_block * kBlockM, bc.kv_head, bc.batch);
+                         bc.m_block * (kBlockM / p.group), bc.kv_head, bc.batch);
           }
         }
         // K_j, then V_j: V_j is used one step after K_j, and its stage frees one step later too.
@@ -476,8 +480,8 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
 
       // Stage this warp's 16 rows of O through its own rows of the Q buffer (swizzled: no bank conflicts
       // either way; no other warp reads them, and every wgmma reading them has completed), then write them
-      // out: one bulk tensor store per 64 columns where the host made an O map (heads not grouped, so the
-      // warp's rows are 16 consecutive query positions of one head), else 16-byte chunks from every lane.
+      // out: one bulk tensor store per 64 columns where the host made an O map (a group of query heads that
+      // divides 16, so the warp's rows are whole positions of the group), else 16-byte chunks from every lane.
       // Why the store: the lanes' chunk loop (64-bit address math per chunk) was a third of an epilogue of
       // ~480 instructions per warp, as long as a steady key tile (ncu, head dim 64, S = 512).
       const int warp_row = 64 * wg + 16 * warp;  // first row of this warp within the block
@@ -494,8 +498,8 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
         if (lane == 0) {
 #pragma unroll
           for (int a = 0; a < Traits::kAtoms; ++a) {
-            tma_store_box(&o_map, sQb + a * kBlockM * 128 + warp_row * 128, a * 64, m0 + warp_row, bc.kv_head,
-                          bc.batch);
+            tma_store_box(&o_map, sQb + a * kBlockM * 128 + warp_row * 128, a * 64, (m0 + warp_row) / p.group,
+                          bc.kv_head, bc.batch);
           }
           bulk_commit_and_wait_read();  // the Q buffer may be refilled (or the block exit) once this returns
         }

@@ -16,42 +16,46 @@
 
 namespace flash_attn_ext {
 
-// A (head dim, seqlen, heads, batch) map of one of Q, K, V, O (element strides of a row, a head, a batch), in
-// boxes of 64 columns x `box_rows` rows of one head, 128-byte swizzled; false where the driver cannot describe it.
-inline bool make_head_major_map(CUtensorMap* map, bool bf16, const void* base, const AttentionParams& p, int seqlen,
-                                int heads, int64_t row_stride, int64_t head_stride, int64_t batch_stride,
-                                int box_rows) {
-  const uint64_t dims[4] = {uint64_t(p.head_dim), uint64_t(seqlen), uint64_t(heads), uint64_t(p.batch)};
-  const uint64_t strides[3] = {uint64_t(row_stride) * 2, uint64_t(head_stride) * 2, uint64_t(batch_stride) * 2};
-  const uint32_t box[4] = {64, uint32_t(box_rows), 1, 1};
-  return make_tensor_map_4d_sw128(map, bf16, base, dims, strides, box);
+// A (head dim, group, seqlen, kv heads, batch) map of Q or O (group = query heads per kv head) or of K or V
+// (group 1), element strides of a row, a head, a batch, in boxes of 64 columns x `box_rows` packed rows:
+// box_rows / group positions of the whole group, which land in shared memory in packed-row order (position
+// r / group of query head kv_head * group + r % group), 128-byte swizzled. False where the driver cannot
+// describe it.
+inline bool make_packed_rows_map(CUtensorMap* map, bool bf16, const void* base, const AttentionParams& p, int group,
+                                 int seqlen, int64_t row_stride, int64_t head_stride, int64_t batch_stride,
+                                 int box_rows) {
+  const uint64_t dims[5] = {uint64_t(p.head_dim), uint64_t(group), uint64_t(seqlen), uint64_t(p.heads_kv),
+                            uint64_t(p.batch)};
+  const uint64_t strides[4] = {uint64_t(head_stride) * 2, uint64_t(row_stride) * 2, uint64_t(head_stride) * group * 2,
+                               uint64_t(batch_stride) * 2};
+  const uint32_t box[5] = {64, uint32_t(group), uint32_t(box_rows / group), 1, 1};
+  return make_tensor_map_5d_sw128(map, bf16, base, dims, strides, box);
 }
 
 template <typename Traits>
 bool launch_attention_fwd_sm90(const AttentionParams& p, cudaStream_t stream) {
   using T = typename Traits::T;
   TORCH_CHECK(p.num_splits == 1, "flash_attn_ext.attention: the sm90 kernel does not split keys");
-  // Q by bulk tensor copies needs a tile's rows to be consecutive query positions of one head: heads not
-  // grouped. Declined before any map is encoded; the caller takes another form.
-  if (Traits::kQByTma && p.group != 1) return false;
+  // Q by bulk tensor copies needs each tile to be whole positions of the group of query heads. Declined before
+  // any map is encoded; the caller takes another form.
+  if (Traits::kQByTma && Traits::kBlockM % p.group != 0) return false;
   constexpr bool kBf16 = std::is_same<T, __nv_bfloat16>::value;
   // K and V in boxes of kBlockN keys for the producer's bulk tensor copies.
   CUtensorMap k_map, v_map;
-  if (!make_head_major_map(&k_map, kBf16, p.k, p, p.seqlen_k, p.heads_kv, p.k_row_stride, p.k_head_stride,
-                           p.k_batch_stride, Traits::kBlockN) ||
-      !make_head_major_map(&v_map, kBf16, p.v, p, p.seqlen_k, p.heads_kv, p.v_row_stride, p.v_head_stride,
-                           p.v_batch_stride, Traits::kBlockN)) {
+  if (!make_packed_rows_map(&k_map, kBf16, p.k, p, 1, p.seqlen_k, p.k_row_stride, p.k_head_stride, p.k_batch_stride,
+                            Traits::kBlockN) ||
+      !make_packed_rows_map(&v_map, kBf16, p.v, p, 1, p.seqlen_k, p.v_row_stride, p.v_head_stride, p.v_batch_stride,
+                            Traits::kBlockN)) {
     return false;  // strides the copy engine cannot walk (e.g. broadcast heads): the caller falls back
   }
-  // O in boxes of one warp's 16 rows for the epilogue's bulk tensor stores; only when heads are not grouped (a
-  // packed tile's rows then are consecutive query positions of one head). Otherwise, or when the driver cannot
-  // describe O, the lanes store it.
+  // O in boxes of one warp's 16 rows for the epilogue's bulk tensor stores, where the group divides 16.
+  // Otherwise, or when the driver cannot describe O, the lanes store it.
   CUtensorMap o_map = k_map;  // a placeholder the kernel does not read unless o_by_tma
-  const bool o_by_tma = p.group == 1 && make_head_major_map(&o_map, kBf16, p.out, p, p.seqlen_q, p.heads_q,
-                                                            p.o_row_stride, p.o_head_stride, p.o_batch_stride, 16);
+  const bool o_by_tma = 16 % p.group == 0 && make_packed_rows_map(&o_map, kBf16, p.out, p, p.group, p.seqlen_q,
+                                                                   p.o_row_stride, p.o_head_stride, p.o_batch_stride, 16);
   CUtensorMap q_map = k_map;  // a placeholder the kernel does not read unless Traits::kQByTma
-  if (Traits::kQByTma && !make_head_major_map(&q_map, kBf16, p.q, p, p.seqlen_q, p.heads_q, p.q_row_stride,
-                                              p.q_head_stride, p.q_batch_stride, Traits::kBlockM)) {
+  if (Traits::kQByTma && !make_packed_rows_map(&q_map, kBf16, p.q, p, p.group, p.seqlen_q, p.q_row_stride,
+                                               p.q_head_stride, p.q_batch_stride, Traits::kBlockM)) {
     return false;
   }
   auto kernel = &attention_fwd_sm90::attention_fwd_sm90_kernel<Traits>;
@@ -92,8 +96,8 @@ template <typename T, int kHeadDim>
 bool run_attention_fwd_sm90(const AttentionParams& p, cudaStream_t stream) {
   using Config = AttentionFwdSm90Config<T, kHeadDim>;
   const int64_t key_tiles = (int64_t(p.seqlen_k) + Config::kBlockN - 1) / Config::kBlockN;
-  // The forms whose Q arrives by bulk tensor copies decline grouped heads (their launcher returns false before
-  // encoding any map), which take the forms after them.
+  // The forms whose Q arrives by bulk tensor copies decline groups of query heads that do not divide their
+  // tile (their launcher returns false before encoding any map), which take the forms after them.
   if constexpr (Config::kHasWide) {
     // Without a causal mask the wide form runs persistent at any key range.
     if (!p.causal && key_tiles > 0 && wide_waves_win(p, 125) &&

@@ -7,11 +7,12 @@
 
 namespace flash_attn_ext {
 
-// A 4-D map of 16-bit elements (`bf16` picks bfloat16, else float16): dims[0] contiguous, strides in bytes
-// of dims 1..3, boxes of box[0..3] elements with the 128-byte shared-memory swizzle; elements outside the
-// tensor read as zero. Returns false when the driver cannot describe it (strides not multiples of 16 bytes,
-// a zero stride, ...): the caller then takes a path without bulk tensor copies.
-bool make_tensor_map_4d_sw128(CUtensorMap* map, bool bf16, const void* base, const uint64_t (&dims)[4],
-                              const uint64_t (&strides)[3], const uint32_t (&box)[4]);
+// A 5-D map of 16-bit elements (`bf16` picks bfloat16, else float16): dims[0] contiguous, strides in bytes
+// of dims 1..4, boxes of box[0..4] elements with the 128-byte shared-memory swizzle (a box lands in shared
+// memory as rows of box[0] elements, the other dims in order, dims[1] fastest); elements outside the tensor
+// read as zero and are not written. Returns false when the driver cannot describe it (strides not multiples of
+// 16 bytes, a zero stride, ...): the caller then takes a path without bulk tensor copies.
+bool make_tensor_map_5d_sw128(CUtensorMap* map, bool bf16, const void* base, const uint64_t (&dims)[5],
+                              const uint64_t (&strides)[4], const uint32_t (&box)[5]);
 
 }  // namespace flash_attn_ext

@@ -10,7 +10,7 @@ refuses), so a fast but wrong kernel shows.
     python3 benchmarks/bench_attention.py --quick
     python3 benchmarks/bench_attention.py --only grid=prefill,D=128,causal=1 --impls fae,sdpa_cudnn
     python3 benchmarks/bench_attention.py --quick --device cpu
-    python3 benchmarks/bench_attention.py --only grid=prefill --group 4   # GQA prefill, 4 query heads per kv head
+    python3 benchmarks/bench_attention.py --only grid=prefill --group 4   # GQA prefill: attention-group4_*.json
 """
 import argparse
 import contextlib
@@ -278,7 +278,8 @@ def main(argv=None):
     ceilings = common.measure_ceilings(timer)
     copy_gbps = ceilings.get("copy_GBps")
     gqa_kwarg = _gqa_kwarg_supported()
-    paths = common.result_paths("attention", env["device_slug"], args.results_dir, args.extra_dir)
+    name = "attention" if args.group == 1 else f"attention-group{args.group}"  # a GQA run keeps its own file
+    paths = common.result_paths(name, env["device_slug"], args.results_dir, args.extra_dir)
     payload = {"benchmark": "attention", "env": env, "ceilings": ceilings,
                "config": {"points": len(points), "impls_timed": impls, "warmup": timer.warmup, "reps": timer.reps,
                           "flush": timer.flush_mode, "flush_bytes": timer.flush_bytes, "quick": args.quick,

@@ -700,7 +700,7 @@ def test_cuda_dispatch_picks_the_hopper_kernel(monkeypatch, forced, kernel):
 @requires_cuda
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("hq, hk", [(32, 32), (64, 16), (64, 2), (48, 16)], ids=["g1", "g4", "g32", "g3"])
-@pytest.mark.parametrize("d", [64, 128, 256])
+@pytest.mark.parametrize("d", [64, 128, 192, 256])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 def test_cuda_more_items_than_sms(dtype, d, hq, hk, causal):
     # hundreds of (m block, batch, kv head) items: the Hopper kernel's persistent blocks each work through
@@ -738,6 +738,7 @@ HOPPER_FORMS = [
     (128, 16, 16, 1024, True, ", 128, 128, 2, 2, true,"),  # persistent, two Q buffers
     (128, 16, 2, 1024, False, ", 128, 128, 2, 2, true,"),  # groups of 8
     (128, 12, 4, 1024, False, ", 128, 128, 2, 3, false,"),  # groups of 3: one item a block
+    (192, 16, 16, 1024, True, ", 192, 64, 2, 2, true,"),   # persistent, two Q buffers
     (256, 16, 16, 1024, False, ", 256, 64, 2, 2, true,"),  # persistent, one Q buffer
     (256, 12, 4, 1024, True, ", 256, 64, 2, 2, false,"),
 ]

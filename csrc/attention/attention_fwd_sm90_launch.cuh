@@ -51,8 +51,9 @@ bool launch_attention_fwd_sm90(const AttentionParams& p, cudaStream_t stream) {
   // O in boxes of one warp's 16 rows for the epilogue's bulk tensor stores, where the group divides 16.
   // Otherwise, or when the driver cannot describe O, the lanes store it.
   CUtensorMap o_map = k_map;  // a placeholder the kernel does not read unless o_by_tma
-  const bool o_by_tma = 16 % p.group == 0 && make_packed_rows_map(&o_map, kBf16, p.out, p, p.group, p.seqlen_q,
-                                                                   p.o_row_stride, p.o_head_stride, p.o_batch_stride, 16);
+  const bool o_by_tma =
+      16 % p.group == 0 && make_packed_rows_map(&o_map, kBf16, p.out, p, p.group, p.seqlen_q, p.o_row_stride,
+                                                p.o_head_stride, p.o_batch_stride, 16);
   CUtensorMap q_map = k_map;  // a placeholder the kernel does not read unless Traits::kQByTma
   if (Traits::kQByTma && !make_packed_rows_map(&q_map, kBf16, p.q, p, p.group, p.seqlen_q, p.q_row_stride,
                                                p.q_head_stride, p.q_batch_stride, Traits::kBlockM)) {
@@ -105,13 +106,11 @@ bool run_attention_fwd_sm90(const AttentionParams& p, cudaStream_t stream) {
       return true;
     }
   }
-  if constexpr (Config::kHasPersistent) {
-    // Head dim 64: causal calls only (without a mask it ran level with the forms here at S <= 1k and 6-11 %
-    // slower at 2k-8k; NOTES "s50 calls 2-3").
-    if ((kHeadDim != 64 || p.causal) && key_tiles <= Config::kPersistentMaxTiles &&
-        launch_attention_fwd_sm90<typename Config::Persistent>(p, stream)) {
-      return true;
-    }
+  // Head dim 64: causal calls only (without a mask it ran level with the forms here at S <= 1k and 6-11 % slower
+  // at 2k-8k; NOTES "s50 calls 2-3").
+  if ((kHeadDim != 64 || p.causal) && key_tiles <= Config::kPersistentMaxTiles &&
+      launch_attention_fwd_sm90<typename Config::Persistent>(p, stream)) {
+    return true;
   }
   if constexpr (Config::kHasNarrowPersistent) {
     if (key_tiles <= Config::kNarrowPersistentMaxTiles) {

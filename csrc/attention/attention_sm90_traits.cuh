@@ -78,23 +78,23 @@ struct AttentionFwdSm90Traits {
 // for two stages only, which costs 1-3 % on long items. The wide form, where the host's estimate favours it
 // (attention_fwd_sm90_launch.cuh): three consumer warpgroups (192 query rows) share every K/V tile, so each SM
 // scheduler has three consumer warps instead of two and each K/V tile read from L2 serves three times the rows
-// (H100, bf16: +9-17 % at S = 2k-16k, NOTES "s49 call 2"), at the cost of 192-row items (more padding and
-// coarser waves). Without a causal mask it runs persistent (its Q by bulk tensor copies), also at short key ranges (+1-9 % over the other forms, S = 512-8k; causal short items lost up to 22 %,
-// "s49 call 8"). Larger head dims: two consumer warpgroups (128 query rows) share every K/V tile (one block per
-// SM). 128-key tiles up to head dim 128 (S and O take 64 + kHeadDim / 2 accumulator registers), 64-key tiles
-// above it. Three stages where shared memory allows. P V under the softmax (kPvUnderSoftmax) above head dim 128
-// only: without it head dim 256 ran 10-15 % slower, head dims 64 and 128 1-5 % faster (s49 calls 2-3; 192 was
-// not measured and keeps it).
+// (H100, bf16: +9-17 % at S = 2k-16k, NOTES "s49 call 2"), at the cost of 192-row items (more padding and coarser
+// waves). Without a causal mask it runs persistent (its Q by bulk tensor copies), also at short key ranges
+// (+1-9 % over the other forms, S = 512-8k; causal short items lost up to 22 %, "s49 call 8"). Larger head dims:
+// two consumer warpgroups (128 query rows) share every K/V tile (one block per SM). 128-key tiles up to head dim
+// 128 (S and O take 64 + kHeadDim / 2 accumulator registers), 64-key tiles above it. Three stages where shared
+// memory allows. P V under the softmax (kPvUnderSoftmax) above head dim 128 only: without it head dim 256 ran
+// 10-15 % slower, head dims 64 and 128 1-5 % faster (s49 calls 2-3; 192 was not measured and keeps it).
 // Persistent: two consumer warpgroups in persistent blocks, their next Q by bulk tensor copies (where the group
-// of query heads divides 128), at head dims 64 (causal, at most kPersistentMaxTiles key tiles), 128 and 256.
+// of query heads divides 128), at head dims 64 (causal, at most kPersistentMaxTiles key tiles), 128, 192 and 256.
 // H100, bf16, against the one-item forms with heads not grouped: D = 128 +20-25 % at S = 512, +7-13 % at 2k,
-// +2-7 % at 8k, level at 16k; D = 256 +1-10 % from 1k to 8k, 2 % slower causal at 512 and 16k; D = 64 causal +7 %
-// at 512-1k, +5 % at 2k, +3 % at 4k, 5 % slower at 8k (NOTES "s50 calls 1-4"). With groups of 4 and 8 (where the
-// one-item forms loaded Q by cp.async and stored O from the lanes): D = 128 +39-46 % at 512, +7 % at 4k; D = 256
-// +17-27 % at 512, +4-5 % at 4k; D = 64 causal +20 % at 512, +10 % at 2k, 3-7 % slower at 4k, hence at most 16
-// key tiles (NOTES "s50 call 7"). Two Q buffers and two stages at head dim 128 (one buffer and three stages
-// gained only 0-4 %), one Q buffer at 256, where two do not fit; 192 was not measured and keeps the one-item
-// form.
+// +2-7 % at 8k, level at 16k; D = 192 +7-13 % at S <= 2k, +1-9 % at 4k-8k; D = 256 +1-10 % from 1k to 8k, 2 %
+// slower causal at 512 and 16k; D = 64 causal +7 % at 512-1k, +5 % at 2k, +3 % at 4k, 5 % slower at 8k (NOTES
+// "s50 calls 1-4, 8"). With groups of 4 and 8 (where the one-item forms loaded Q by cp.async and stored O from
+// the lanes): D = 128 +39-46 % at 512, +7 % at 4k; D = 256 +17-27 % at 512, +4-5 % at 4k; D = 64 causal +20 % at
+// 512, +10 % at 2k, 3-7 % slower at 4k, hence at most 16 key tiles (NOTES "s50 call 7"). Two Q buffers and two
+// stages at head dims 128 and 192 (one buffer and three stages gained only 0-4 % at 128), one Q buffer at 256,
+// where two do not fit.
 template <typename T, int kHeadDim>
 struct AttentionFwdSm90Config {
   static constexpr int kBlockN = kHeadDim <= 128 ? 128 : 64;
@@ -107,7 +107,6 @@ struct AttentionFwdSm90Config {
   static constexpr bool kHasNarrowPersistent = kWarpgroups == 1;
   static constexpr int kNarrowPersistentMaxTiles = 8;
   using NarrowPersistent = AttentionFwdSm90Traits<T, kHeadDim, kBlockN, 1, 2, /*kPersistent=*/true, kPvUnderSoftmax>;
-  static constexpr bool kHasPersistent = kHeadDim != 192;
   static constexpr int kPersistentMaxTiles = kHeadDim == 64 ? 16 : INT_MAX;
   static constexpr int kPersistentStages =
       attention_sm90_smem_bytes(128, kBlockN, kHeadDim, 3, 2) <= kSm90SmemLimit ? 3 : 2;

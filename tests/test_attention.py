@@ -730,7 +730,7 @@ def test_cuda_head_dim_64_long_keys(dtype, b, hq, hk, sq, sk, causal):
 # (head dim 64) or 1024 query rows: enough items that no call splits its keys, and for the wide form's waves to
 # win on any SM count from 78 (H20) to 132 (H100 SXM, H200).
 HOPPER_FORMS = [
-    (64, 16, 16, 1024, True, ", 64, 128, 2, 3, true,"),    # causal, at most 32 key tiles: two warpgroups, persistent
+    (64, 16, 16, 1024, True, ", 64, 128, 2, 3, true,"),    # causal, at most 16 key tiles: two warpgroups, persistent
     (64, 16, 4, 1024, True, ", 64, 128, 2, 3, true,"),     # the same with groups of 4 query heads (Q map of 5 dims)
     (64, 12, 4, 1024, True, ", 64, 128, 1, 2, true,"),     # groups of 3 do not divide 128 rows: narrow persistent
     (64, 16, 16, 1024, False, ", 64, 128, 3, 3, true,"),   # no mask: the wide form, persistent

@@ -152,6 +152,13 @@ __device__ __forceinline__ void online_softmax_tile(float (&s)[kBlockN / 2], flo
   }
 }
 
+// Who writes O out of the Q buffer it is staged in (the launcher's choice).
+enum class OStore : int {
+  kLanes,        // every lane of a warp stores 16-byte chunks of the warp's 16 rows
+  kWarpTma,      // each warp issues bulk tensor stores of its 16 rows (O map boxes of 16 rows)
+  kProducerTma,  // Traits::kOByProducer: the producer thread stores the whole tile (boxes of kBlockM rows)
+};
+
 // Work units of a persistent launch (for_each_item): items, or pairs of m blocks per (batch, kv head). The
 // launcher sizes the grid from it too.
 __host__ __device__ inline long long persistent_units(long long items, int m_blocks, bool paired) {
@@ -193,25 +200,26 @@ __device__ __forceinline__ void for_each_item(long long items, int m_blocks, boo
 }
 
 // Shape: one work item per (m block of kBlockM = 64 * kWarpgroups packed query rows, batch, kv head); a block of
-// kWarpgroups + 1 warpgroups takes one item, or (kPersistent) the items of work units blockIdx.x, + gridDim.x,
-// ... (for_each_item). Warpgroup 0 is the producer: one thread streams K and V tiles into two rings of kStages
-// shared-memory tiles by bulk tensor copies (TMA), each stage with a "full" barrier (copies landed) and an
-// "empty" barrier (all consumers done with it); the rings and their phases run on across items (`slot` counts the
-// tiles streamed so far), so the next item's first tiles arrive while the consumers finish the current one. A
-// persistent block also double-buffers Q where shared memory allows (Traits::kQBuffers): the next item's Q loads
-// while the consumers work on the current one, by cp.async from warps 1-3 of the producer, or (Traits::kQByTma,
-// two or three consumer warpgroups) by bulk tensor copies from the producer thread ahead of the item's K/V tiles
-// (with one Q buffer, behind its first K/V tiles). The other warpgroups are consumers: warpgroup 1 + w owns rows
-// 64w..64w+63 and, inside it, warp v rows 16v..16v+15 (thread: rows 16v + lane/4 and + 8, as in the mma.sync C
-// layout); each computes S = Q K^T for its rows, the online softmax in registers, and O += P V (with
-// Traits::kPvUnderSoftmax, the P V of one tile under the softmax of the next). Consumers never meet at a block
-// barrier, so one's softmax can run under another's MMAs.
+// kWarpgroups + 1 warpgroups takes one item, or (kPersistent) the items of work units blockIdx.x, + gridDim.x, ...
+// (for_each_item). Warpgroup 0 is the producer: one thread streams K and V tiles into two rings of kStages
+// shared-memory tiles by bulk tensor copies (TMA), each stage with a "full" barrier (copies landed) and an "empty"
+// barrier (all consumers done with it); the rings and their phases run on across items (`slot` counts the tiles
+// streamed so far), so the next item's first tiles arrive while the consumers finish the current one. A persistent
+// block also double-buffers Q where shared memory allows (Traits::kQBuffers): the next item's Q loads while the
+// consumers work on the current one, by cp.async from warps 1-3 of the producer, or (Traits::kQByTma, two or three
+// consumer warpgroups) by bulk tensor copies from the producer thread ahead of the item's K/V tiles (with one Q
+// buffer, behind its first K/V tiles); with two such buffers (Traits::kOByProducer) that thread also stores each
+// item's O, which the consumers leave in the item's Q buffer, before it refills the buffer. The other warpgroups are
+// consumers: warpgroup 1 + w owns rows 64w..64w+63 and, inside it, warp v rows 16v..16v+15 (thread: rows 16v + lane/4
+// and + 8, as in the mma.sync C layout); each computes S = Q K^T for its rows, the online softmax in registers, and
+// O += P V (with Traits::kPvUnderSoftmax, the P V of one tile under the softmax of the next). Consumers never meet at
+// a block barrier, so one's softmax can run under another's MMAs.
 template <typename Traits>
 __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
     attention_fwd_sm90_kernel(const AttentionParams p, const __grid_constant__ CUtensorMap q_map,
                               const __grid_constant__ CUtensorMap k_map,
                               const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap o_map,
-                              const bool o_by_tma) {
+                              const OStore o_store) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   begin_dependent_grid();
   using T = typename Traits::T;
@@ -264,22 +272,42 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Traits::kProducerRegs));
     if (threadIdx.x == 0) {
       int slot = 0;  // ring slot of the next tile: stage slot % kStages, use slot / kStages
+      // `rows` packed rows from position `pos` of (bc.kv_head, bc.batch), every swizzle atom of them, into `dst`;
+      // completes on `bar` with their bytes.
+      auto load_tile = [&](unsigned char* dst, int rows, const CUtensorMap* map, uint64_t* bar, int pos,
+                           const BlockCoords& bc) {
+        mbarrier_arrive_expect_tx(bar, rows * Traits::kRowBytes);
+#pragma unroll
+        for (int a = 0; a < Traits::kAtoms; ++a) {
+          tma_load_box(dst + a * rows * 128, map, bar, a * 64, pos, bc.kv_head, bc.batch);
+        }
+      };
       // Tile `tile` of K or V into its ring stage, once the consumers have released the stage's previous use.
       auto fill = [&](unsigned char* ring, const CUtensorMap* map, uint64_t* full, uint64_t* empty,
                       const BlockCoords& bc, int tile) {
         const int stage = slot % kStages, use = slot / kStages;
         if (use > 0) mbarrier_wait(empty + stage, (use - 1) & 1);
-        mbarrier_arrive_expect_tx(full + stage, Traits::kTileBytes);
+        load_tile(ring + stage * Traits::kTileBytes, kBlockN, map, full + stage, tile * kBlockN, bc);
+      };
+      // OStore::kProducerTma: the items whose O the consumers have staged, or will stage, in the two Q buffers
+      // (the newer in `staged_new`); each leaves by bulk stores when its buffer is next refilled, the last two at
+      // the end.
+      long long staged_old = -1, staged_new = -1;
+      int items_done = 0;
+      auto store_o = [&](long long item, int buf) {
+        const BlockCoords sb = block_coords(p, m_blocks, item);
+        const int pos = sb.m_block * (kBlockM / p.group);
 #pragma unroll
         for (int a = 0; a < Traits::kAtoms; ++a) {
-          tma_load_box(ring + stage * Traits::kTileBytes + a * kBlockN * 128, map, full + stage, a * 64,
-                       tile * kBlockN, bc.kv_head, bc.batch);
+          tma_store_box(&o_map, sQ + buf * Traits::kQBytes + a * kBlockM * 128, a * 64, pos, sb.kv_head, sb.batch);
         }
+        bulk_commit_and_wait_read();  // the buffer may be refilled once this returns
       };
       for_each_item<kPersistent>(items, m_blocks, p.causal, [&](long long item, int local) {
         const BlockCoords bc = block_coords(p, m_blocks, item);
         const int n_tiles = key_tiles(bc.m_block * kBlockM);
         int tile = 0;
+        items_done = local + 1;
         if (kPersistent && Traits::kQBuffers == 1 && n_tiles > 0) {
           // One Q buffer: it frees only when the current item's epilogue is done, so the item's first K and V
           // tiles go out before the producer waits for it, to land under that epilogue.
@@ -289,13 +317,13 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
         }
         if constexpr (Traits::kQByTma) {
           const int buf = local % Traits::kQBuffers, use = local / Traits::kQBuffers;
-          if (use > 0) mbarrier_wait(q_empty + buf, (use - 1) & 1);
-          mbarrier_arrive_expect_tx(q_full + buf, Traits::kQBytes);
-#pragma unroll
-          for (int a = 0; a < Traits::kAtoms; ++a) {
-            tma_load_box(sQ + buf * Traits::kQBytes + a * kBlockM * 128, &q_map, q_full + buf, a * 64,
-                         bc.m_block * (kBlockM / p.group), bc.kv_head, bc.batch);
+          if (use > 0) {
+            mbarrier_wait(q_empty + buf, (use - 1) & 1);
+            if (Traits::kOByProducer && o_store == OStore::kProducerTma) store_o(staged_old, buf);
           }
+          staged_old = staged_new;
+          staged_new = item;
+          load_tile(sQ + buf * Traits::kQBytes, kBlockM, &q_map, q_full + buf, bc.m_block * (kBlockM / p.group), bc);
         }
         // K_j, then V_j: V_j is used one step after K_j, and its stage frees one step later too.
         for (; tile < n_tiles; ++tile, ++slot) {
@@ -303,6 +331,12 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
           fill(sV, &v_map, full_v, empty_v, bc, tile);
         }
       });
+      if (Traits::kOByProducer && o_store == OStore::kProducerTma) {
+        for (int l = max(items_done - 2, 0); l < items_done; ++l) {
+          mbarrier_wait(q_empty + l % 2, (l / 2) & 1);
+          store_o(l == items_done - 1 ? staged_new : staged_old, l % 2);
+        }
+      }
     } else if (kPersistent && !Traits::kQByTma && threadIdx.x >= 32) {
       for_each_item<kPersistent>(items, m_blocks, p.causal, [&](long long item, int local) {
         const BlockCoords bc = block_coords(p, m_blocks, item);
@@ -480,8 +514,9 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
 
       // Stage this warp's 16 rows of O through its own rows of the Q buffer (swizzled: no bank conflicts
       // either way; no other warp reads them, and every wgmma reading them has completed), then write them
-      // out: one bulk tensor store per 64 columns where the host made an O map (a group of query heads that
-      // divides 16, so the warp's rows are whole positions of the group), else 16-byte chunks from every lane.
+      // out (o_store): the producer thread's bulk stores of the whole tile once every warp has staged its rows
+      // (the q_empty arrival), one bulk tensor store per 64 columns of the warp's rows (a group of query heads
+      // that divides 16, so they are whole positions of the group), or 16-byte chunks from every lane.
       // Why the store: the lanes' chunk loop (64-bit address math per chunk) was a third of an epilogue of
       // ~480 instructions per warp, as long as a steady key tile (ncu, head dim 64, S = 512).
       const int warp_row = 64 * wg + 16 * warp;  // first row of this warp within the block
@@ -492,7 +527,9 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
           *reinterpret_cast<uint32_t*>(sQb + sm90::sw128_offset(kBlockM, warp_row + g + 8 * h, j) + t * 4) =
               pack2<T>(o[4 * j + 2 * h] * inv_sum[h], o[4 * j + 2 * h + 1] * inv_sum[h]);
         }
-      if (o_by_tma) {
+      if (Traits::kOByProducer && o_store == OStore::kProducerTma) {
+        fence_async_proxy();  // this lane's staged O before the producer's bulk stores read it
+      } else if (o_store == OStore::kWarpTma) {
         fence_async_proxy();  // this lane's staged O before the bulk store reads it
         __syncwarp();
         if (lane == 0) {

@@ -48,12 +48,19 @@ bool launch_attention_fwd_sm90(const AttentionParams& p, cudaStream_t stream) {
                             Traits::kBlockN)) {
     return false;  // strides the copy engine cannot walk (e.g. broadcast heads): the caller falls back
   }
-  // O in boxes of one warp's 16 rows for the epilogue's bulk tensor stores, where the group divides 16.
+  // O by bulk tensor stores: of the whole tile from the producer thread (Traits::kOByProducer: boxes of kBlockM
+  // rows, whole positions of the group as for Q), else of each warp's 16 rows where the group divides 16.
   // Otherwise, or when the driver cannot describe O, the lanes store it.
-  CUtensorMap o_map = k_map;  // a placeholder the kernel does not read unless o_by_tma
-  const bool o_by_tma =
-      16 % p.group == 0 && make_packed_rows_map(&o_map, kBf16, p.out, p, p.group, p.seqlen_q, p.o_row_stride,
-                                                p.o_head_stride, p.o_batch_stride, 16);
+  using attention_fwd_sm90::OStore;
+  CUtensorMap o_map = k_map;  // a placeholder the kernel does not read unless it stores O by bulk copies
+  OStore o_store = OStore::kLanes;
+  if (Traits::kOByProducer && make_packed_rows_map(&o_map, kBf16, p.out, p, p.group, p.seqlen_q, p.o_row_stride,
+                                                   p.o_head_stride, p.o_batch_stride, Traits::kBlockM)) {
+    o_store = OStore::kProducerTma;
+  } else if (16 % p.group == 0 && make_packed_rows_map(&o_map, kBf16, p.out, p, p.group, p.seqlen_q, p.o_row_stride,
+                                                       p.o_head_stride, p.o_batch_stride, 16)) {
+    o_store = OStore::kWarpTma;
+  }
   CUtensorMap q_map = k_map;  // a placeholder the kernel does not read unless Traits::kQByTma
   if (Traits::kQByTma && !make_packed_rows_map(&q_map, kBf16, p.q, p, p.group, p.seqlen_q, p.q_row_stride,
                                                p.q_head_stride, p.q_batch_stride, Traits::kBlockM)) {
@@ -74,7 +81,7 @@ bool launch_attention_fwd_sm90(const AttentionParams& p, cudaStream_t stream) {
   }
   TORCH_CHECK(blocks <= INT_MAX, "flash_attn_ext.attention: problem too large (", blocks, " thread blocks)");
   launch_kernel(kernel, static_cast<unsigned>(blocks), Traits::kThreads, kSmem, stream, LaunchKind::Plain, p, q_map,
-                k_map, v_map, o_map, o_by_tma);
+                k_map, v_map, o_map, o_store);
   return true;
 }
 

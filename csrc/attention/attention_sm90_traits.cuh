@@ -16,6 +16,9 @@ constexpr size_t attention_sm90_smem_bytes(int block_m, int block_n, int head_di
   return size_t(q_buffers * block_m + 2 * stages * block_n) * head_dim * 2 + (4 * stages + 2 * q_buffers) * 8 + 1024;
 }
 
+// Whether `blocks` blocks of `bytes` shared memory each fit one SM.
+constexpr bool sm90_blocks_fit(int blocks, size_t bytes) { return blocks * (bytes + 1024) <= kSm90SmemPerSm; }
+
 template <typename T_, int kHeadDim_, int kBlockN_, int kWarpgroups_, int kStages_, bool kPersistent_,
           bool kPvUnderSoftmax_>
 struct AttentionFwdSm90Traits {
@@ -31,8 +34,7 @@ struct AttentionFwdSm90Traits {
   // One consumer warpgroup: two blocks per SM, so one block's fill and epilogue run under the other's loop.
   static constexpr int kMinBlocksPerSm = kWarpgroups == 1 ? 2 : 1;
   static constexpr int kQBuffers =
-      kPersistent && kMinBlocksPerSm * (attention_sm90_smem_bytes(kBlockM, kBlockN, kHeadDim, kStages, 2) + 1024) <=
-                         kSm90SmemPerSm
+      kPersistent && sm90_blocks_fit(kMinBlocksPerSm, attention_sm90_smem_bytes(kBlockM, kBlockN, kHeadDim, kStages, 2))
           ? 2
           : 1;
   // The consumers' schedule of a key tile j. True: S_j = Q K_j^T and O += P_{j-1} V_{j-1} are issued
@@ -50,6 +52,12 @@ struct AttentionFwdSm90Traits {
   // whole positions of the group), so the producer keeps 24 registers and the consumers theirs (160 in the wide
   // form); with one, by cp.async from producer warps 1-3 (any grouping), at 56 registers.
   static constexpr bool kQByTma = kPersistent && kWarpgroups > 1;
+  // Where Q arrives so and has two buffers, O leaves the same way: the consumers stage it in the item's Q buffer
+  // and the producer thread stores the whole tile right before it refills that buffer (two items later), so no
+  // consumer waits for a bulk store to read shared memory. H100, bf16: +2-4 % at D = 64, S = 512-2k, +3-5 % with
+  // groups of 4 at S = 512, D = 128 within +-1 %; with one Q buffer (D = 256) the refill waits for the store
+  // and it lost 2-3 % (NOTES "s51 call 1").
+  static constexpr bool kOByProducer = kQByTma && kQBuffers == 2;
   static constexpr int kProducerRegs = kPersistent && !kQByTma ? 56 : 24;
   static constexpr int kConsumerRegsFit = (65536 / kMinBlocksPerSm - 128 * kProducerRegs) / (128 * kWarpgroups) / 8 * 8;
   static constexpr int kConsumerRegs = kConsumerRegsFit < 240 ? kConsumerRegsFit : 240;
@@ -68,7 +76,7 @@ struct AttentionFwdSm90Traits {
   static_assert(kBlockN == 64 || kBlockN == 128, "S = Q K^T is generated for N = 64 and 128");
   static_assert(kStages >= 2, "K_{j+1} loads while K_j is used");
   static_assert(kSmemBytes <= kSm90SmemLimit, "must fit the 227 KB of shared memory of sm90");
-  static_assert(kMinBlocksPerSm * (kSmemBytes + 1024) <= kSm90SmemPerSm, "kMinBlocksPerSm blocks fit one SM");
+  static_assert(sm90_blocks_fit(kMinBlocksPerSm, kSmemBytes), "kMinBlocksPerSm blocks fit one SM");
 };
 
 // Head dim 64: one consumer warpgroup (64 query rows) per block and two blocks per SM, so one block's fill and
@@ -101,7 +109,7 @@ struct AttentionFwdSm90Config {
   static constexpr int kWarpgroups = kHeadDim == 64 ? 1 : 2;
   static constexpr int kBlocksPerSm = kWarpgroups == 1 ? 2 : 1;
   static constexpr int kStages =
-      kBlocksPerSm * (attention_sm90_smem_bytes(64 * kWarpgroups, kBlockN, kHeadDim, 3) + 1024) <= kSm90SmemPerSm ? 3 : 2;
+      sm90_blocks_fit(kBlocksPerSm, attention_sm90_smem_bytes(64 * kWarpgroups, kBlockN, kHeadDim, 3)) ? 3 : 2;
   static constexpr bool kPvUnderSoftmax = kHeadDim > 128;
   using Traits = AttentionFwdSm90Traits<T, kHeadDim, kBlockN, kWarpgroups, kStages, false, kPvUnderSoftmax>;
   static constexpr bool kHasNarrowPersistent = kWarpgroups == 1;

@@ -63,6 +63,9 @@ __device__ __forceinline__ void bulk_commit_and_wait_read() {
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
 
 // Rows [row_begin, row_begin + kRows) of the block's Q tile (packed: row r = query r / group of head
 // kv_head * group + r % group, so each chunk has its own address), by cp.async from kThreadsUsed threads
@@ -352,6 +355,18 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
     const int wg = threadIdx.x / 128 - 1, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
     const int g = lane / 4, t = lane % 4;
     int slot0 = 0;  // ring slot of the current item's first tile
+    // Traits::kPingPong: the two consumer warpgroups issue their groups of MMAs in turns, each group between
+    // my_turn (named barrier 3 + wg: the other has issued its group) and other_turn (its barrier). The tensor
+    // cores then run one warpgroup's group before the other's instead of interleaving them, so each gets its S
+    // back sooner and its softmax runs under the other's MMAs. The last other_turn of a block is never waited
+    // for, which a barrier allows.
+    auto my_turn = [&] {
+      if constexpr (Traits::kPingPong) named_barrier_sync(3 + wg, 256);
+    };
+    auto other_turn = [&] {
+      if constexpr (Traits::kPingPong) named_barrier_arrive(3 + (wg ^ 1), 256);
+    };
+    if (Traits::kPingPong && wg == 1) named_barrier_arrive(3, 256);  // warpgroup 0 goes first
 
     auto wait_full = [&](uint64_t* ring, int slot) { mbarrier_wait(ring + slot % kStages, (slot / kStages) & 1); };
     auto release = [&](uint64_t* ring, int slot) {  // this warp is done with the slot's stage
@@ -448,8 +463,10 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
           {  // step 0: S_0 alone
             float s[kBlockN / 2], alpha[2];
             wait_full(full_k, slot0);
+            my_turn();
             sm90::warpgroup_fence();
             issue_s(s, slot0);
+            other_turn();
             sm90::warpgroup_wait<0>();
             release(empty_k, slot0);
             softmax(s, 0, alpha);
@@ -459,9 +476,11 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
             float s[kBlockN / 2], alpha[2];
             wait_full(full_k, slot0 + tile);
             wait_full(full_v, slot0 + tile - 1);
+            my_turn();
             sm90::warpgroup_fence();
             issue_s(s, slot0 + tile);
             issue_pv(slot0 + tile - 1);
+            other_turn();
             sm90::warpgroup_wait<1>();  // S done; P V may still run
             release(empty_k, slot0 + tile);
             softmax(s, tile, alpha);
@@ -471,8 +490,10 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
           }
           {  // last step: P V of the last tile
             wait_full(full_v, slot0 + n_tiles - 1);
+            my_turn();
             sm90::warpgroup_fence();
             issue_pv(slot0 + n_tiles - 1);
+            other_turn();
             sm90::warpgroup_wait<0>();
             release(empty_v, slot0 + n_tiles - 1);
           }
@@ -480,16 +501,20 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
           for (int tile = 0; tile < n_tiles; ++tile) {
             float s[kBlockN / 2], alpha[2];
             wait_full(full_k, slot0 + tile);
+            if (tile == 0) my_turn();
             sm90::warpgroup_fence();
             issue_s(s, slot0 + tile);
+            other_turn();
             sm90::warpgroup_wait<0>();  // S done, and P V of tile - 1: O and the registers of P are free
             release(empty_k, slot0 + tile);
             if (tile > 0) release(empty_v, slot0 + tile - 1);
             softmax(s, tile, alpha);
             rescale_and_pack(s, alpha);
             wait_full(full_v, slot0 + tile);
+            my_turn();
             sm90::warpgroup_fence();
             issue_pv(slot0 + tile);
+            if (tile + 1 == n_tiles) other_turn();
           }
           sm90::warpgroup_wait<0>();
           release(empty_v, slot0 + n_tiles - 1);

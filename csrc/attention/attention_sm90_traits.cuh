@@ -58,6 +58,11 @@ struct AttentionFwdSm90Traits {
   // groups of 4 at S = 512, D = 128 within +-1 %; with one Q buffer (D = 256) the refill waits for the store
   // and it lost 2-3 % (NOTES "s51 call 1").
   static constexpr bool kOByProducer = kQByTma && kQBuffers == 2;
+  // Two consumer warpgroups of a persistent block issue their MMAs in turns (FlashAttention 3's ping-pong).
+  // H100/H200, bf16 (NOTES "s51 call 2"): D = 64 causal +7 % at S = 512-2k; D = 128 +2-3.5 % at S = 512,
+  // +2.6 % causal at 1k; D = 256 +1.5-2 % at S <= 2k; within +-1 % from 4k. One-item blocks measured within
+  // +-2 % with it (NOTES "wip run 3"), so they go without.
+  static constexpr bool kPingPong = kPersistent && kWarpgroups == 2;
   static constexpr int kProducerRegs = kPersistent && !kQByTma ? 56 : 24;
   static constexpr int kConsumerRegsFit = (65536 / kMinBlocksPerSm - 128 * kProducerRegs) / (128 * kWarpgroups) / 8 * 8;
   static constexpr int kConsumerRegs = kConsumerRegsFit < 240 ? kConsumerRegsFit : 240;

@@ -59,9 +59,9 @@ struct AttentionFwdSm90Traits {
   // and it lost 2-3 % (NOTES "s51 call 1").
   static constexpr bool kOByProducer = kQByTma && kQBuffers == 2;
   // Two consumer warpgroups of a persistent block issue their MMAs in turns (FlashAttention 3's ping-pong).
-  // H100/H200, bf16 (NOTES "s51 call 2"): D = 64 causal +7 % at S = 512-2k; D = 128 +2-3.5 % at S = 512,
-  // +2.6 % causal at 1k; D = 256 +1.5-2 % at S <= 2k; within +-1 % from 4k. One-item blocks measured within
-  // +-2 % with it (NOTES "wip run 3"), so they go without.
+  // H100, bf16, interleaved (NOTES "s51 call 3"): D = 64 causal +7-8 % at S = 512-2k; D = 128 +1.5-5 % at
+  // S = 512, +1-2 % at 1k; D = 256 +0.5-2.5 % at S <= 2k; level to +1 % from 4k (an H200 alike, "s51 call 2").
+  // One-item blocks measured within +-2 % with it (NOTES "wip run 3"), so they go without.
   static constexpr bool kPingPong = kPersistent && kWarpgroups == 2;
   static constexpr int kProducerRegs = kPersistent && !kQByTma ? 56 : 24;
   static constexpr int kConsumerRegsFit = (65536 / kMinBlocksPerSm - 128 * kProducerRegs) / (128 * kWarpgroups) / 8 * 8;

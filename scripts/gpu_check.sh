@@ -146,8 +146,9 @@ fi
 
 # Seconds kept back for the stages still to come, so an early stage cannot eat them all (what the benchmarks
 # took on the H100 at 45d2bb7 and again at fd8673c: softmax 13 s, attention 37 s, plots 11 s; the full suite took
-# 305 s in session 33, over 355 s in session 34 and 357 s to over 394 s in session 50, 60-76 s of it the first
-# CPU torch.compile test, so the reserves are kept small).
+# 305 s in session 33, over 355 s in session 34, 357 s to over 394 s in session 50 and 385-445 s in session 51,
+# 60-83 s of it the first CPU torch.compile test, so the reserves are kept small; when the test stage runs out,
+# run STAGES=build,test alone and the benchmarks in the next call).
 reserve_after() {
   local r=0
   case $1 in

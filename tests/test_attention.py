@@ -706,8 +706,9 @@ def test_cuda_more_items_than_sms(dtype, d, hq, hk, causal):
     # hundreds of (m block, batch, kv head) items: the Hopper kernel's persistent blocks each work through
     # several pairs of items, their K/V rings and Q buffers (one at head dim 256) running on from one item to
     # the next; an odd number of m blocks per head, so the middle one of each head is a pair of one. Groups of
-    # 1 and 4 query heads: Q in and O out by bulk tensor copies; 32: Q only (a warp's 16 rows are not whole
-    # positions); 3: neither (Q by the narrow form's loader warps at head dim 64, one-item blocks above)
+    # 1 and 4 query heads: Q in and O out by bulk tensor copies; 32: the same where the producer stores whole
+    # tiles (two Q buffers), Q only at head dim 256 (a warp's 16 rows are not whole positions); 3: neither (Q by
+    # the narrow form's loader warps at head dim 64, one-item blocks above)
     check_attention(*make_qkv(3, hq, hk, 300, 257, d, dtype, "cuda"), causal=causal)
 
 

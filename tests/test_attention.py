@@ -185,6 +185,27 @@ def test_scale_of_any_sign(device, dtype, causal, d, scale):
     check_attention(q, k, v, causal=causal, scale=scale, math_baseline=True)
 
 
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("d", [64, 128, 256])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
+def test_running_max_rising_across_key_tiles(device, dtype, d, causal):
+    # Scores that climb in steps over the keys, so a row's running max rises again and again, by more than the
+    # Hopper kernel's lag of 2^8 (it then rescales O) and by less (it keeps its max, and P reaches up to 2^8),
+    # on boundaries that fall anywhere in a key tile. Even query rows climb, odd rows see the steps reversed
+    # (their max is in the first tile), so the rows of one warp disagree on whether to rescale.
+    dev = "cuda" if device == "cuda-sm80" else device
+    sq, sk = 150, 1025
+    steps = torch.tensor([6.5, 1.5, 4.0, 0.3, 9.0], device=dev)  # natural-log units; lag 8 log2 = 5.5
+    level = torch.cumsum(steps.repeat(sk // 97 // 5 + 1)[: sk // 97 + 1], 0)[torch.arange(sk, device=dev) // 97]
+    q = torch.randn(1, 2, sq, d, device=dev) * 0.1
+    k = torch.randn(1, 2, sk, d, device=dev) * 0.1
+    q[..., 0] = torch.where(torch.arange(sq, device=dev) % 2 == 0, 1.0, -1.0)
+    k[..., 0] = level - level[-1] / 2  # scores from about -level/2 to +level/2 (scale 1)
+    v = torch.randn(1, 2, sk, d, device=dev)
+    check_attention(q.to(dtype), k.to(dtype), v.to(dtype), causal=causal, scale=1.0)
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("device", KERNEL_DEVICES)
 def test_plus_inf_score_makes_its_row_nan(device, dtype):

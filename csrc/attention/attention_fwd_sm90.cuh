@@ -93,18 +93,28 @@ __device__ __forceinline__ void load_q_rows(unsigned char* sQ, const AttentionPa
 
 // Online softmax of one S tile in log2 units for this thread's two rows (accumulator layout: s[4j + 2h + e]
 // is row h, key col0 + 8j + e): scale, mask keys at or past the row's limit (kMask), update the running max
-// and sum, S <- P = exp2(S - max). alpha: the factor O must be rescaled by.
+// and sum, S <- P = exp2(S - max). Returns whether O must be rescaled, by alpha, before this tile's P V: the
+// same answer for the whole warp (always true without kLagged).
+// kLagged: a row's max moves only when the row has seen a score more than kMaxLag (log2 units) above it;
+// otherwise the row keeps its max and alpha is 1. The max a row keeps is a reference, not the true max: O, the
+// sum and lse all use the same one, so the result is exact, and P stays below 2^kMaxLag (fp32 sums and 16-bit
+// P hold that). After a row's first tiles its max rarely rises that much, so in most tiles no row of a warp
+// moves and the warp skips the kHeadDim / 2 multiplies of O (a branch it takes together; FlashAttention 4's
+// lagged rescale). Where some row moved, the others multiply by 1: each row's result depends on its own
+// scores only. Without kLagged every row takes its true max in every tile.
 // kRawMax (unmasked tiles only): the max is taken over the raw scores (their min for a negative scale) and
 // scaled once, and each exponent is one FFMA, exp2(s * scale - max), where the scaled form spends an FMUL per
 // score before the max and an FADD after it. The running max is the same number either way (rounding is
 // monotonic), so tiles of both forms mix. Masked tiles keep the scaled form: a masked -inf times a negative
 // or zero scale would not stay -inf. Used at head dim 128 only: H100, bf16, prefill S = 512-16k, D = 128
 // +2-7.5 % TFLOP/s, D = 64 1-4 % slower (NOTES "s47 call 4"; registers and spills unchanged at both).
-template <int kBlockN, bool kMask, bool kRawMax = false>
-__device__ __forceinline__ void online_softmax_tile(float (&s)[kBlockN / 2], float (&row_max)[2], float (&row_sum)[2],
+constexpr float kMaxLag = 8.f;
+template <int kBlockN, bool kMask, bool kRawMax, bool kLagged>
+__device__ __forceinline__ bool online_softmax_tile(float (&s)[kBlockN / 2], float (&row_max)[2], float (&row_sum)[2],
                                                     float (&alpha)[2], float scale_log2, int col0,
                                                     const int (&limit)[2]) {
   static_assert(!(kMask && kRawMax), "masked tiles are scaled first");
+  bool moved[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     float mx = -INFINITY;
@@ -136,11 +146,19 @@ __device__ __forceinline__ void online_softmax_tile(float (&s)[kBlockN / 2], flo
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
     const float m_new = fmaxf(row_max[h], mx);
+    if constexpr (kLagged) {
+      // A row that keeps its max gets alpha 1: its O and sum times 1 are unchanged. A moved max is finite, and
+      // the first one a row takes (from -inf) gives alpha 0.
+      moved[h] = m_new > row_max[h] + kMaxLag;
+      alpha[h] = moved[h] ? fast_exp2(row_max[h] - m_new) : 1.f;
+      if (moved[h]) row_max[h] = m_new;
+    } else {
+      alpha[h] = fast_exp2(row_max[h] - (m_new == -INFINITY ? 0.f : m_new));
+      row_max[h] = m_new;
+    }
     // A row that has seen only masked keys keeps m = -inf; exponentiate against 0 so that exp2(-inf - m) is
     // 0 rather than NaN.
-    const float m_use = m_new == -INFINITY ? 0.f : m_new;
-    alpha[h] = fast_exp2(row_max[h] - m_use);
-    row_max[h] = m_new;
+    const float m_use = row_max[h] == -INFINITY ? 0.f : row_max[h];
     float sum = 0.f;
 #pragma unroll
     for (int j = 0; j < kBlockN / 8; ++j)
@@ -153,6 +171,8 @@ __device__ __forceinline__ void online_softmax_tile(float (&s)[kBlockN / 2], flo
       }
     row_sum[h] = row_sum[h] * alpha[h] + sum;
   }
+  if constexpr (kLagged) return __any_sync(0xffffffff, moved[0] || moved[1]);
+  return true;
 }
 
 // Who writes O out of the Q buffer it is staged in (the launcher's choice).
@@ -438,20 +458,23 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
         auto softmax = [&](float (&s)[kBlockN / 2], int tile, float (&alpha)[2]) {
           const int n0 = tile * kBlockN;
           if (kBlockN < 128 || n0 + kBlockN > wg_unmasked_end) {
-            online_softmax_tile<kBlockN, true>(s, row_max, row_sum, alpha, p.scale_log2, n0 + 2 * t, limit);
-          } else {
-            online_softmax_tile<kBlockN, false, kHeadDim == 128>(s, row_max, row_sum, alpha, p.scale_log2, n0 + 2 * t,
-                                                                  limit);
+            return online_softmax_tile<kBlockN, true, false, Traits::kLaggedMax>(s, row_max, row_sum, alpha,
+                                                                                   p.scale_log2, n0 + 2 * t, limit);
           }
+          return online_softmax_tile<kBlockN, false, kHeadDim == 128, Traits::kLaggedMax>(
+              s, row_max, row_sum, alpha, p.scale_log2, n0 + 2 * t, limit);
         };
-        // After the step's MMAs: O *= alpha, and P (fp32 in s) packed into the A operand of the next P V.
-        auto rescale_and_pack = [&](const float (&s)[kBlockN / 2], const float (&alpha)[2]) {
+        // After the step's MMAs: O *= alpha where the softmax asked for it, and P (fp32 in s) packed into the A
+        // operand of the next P V.
+        auto rescale_and_pack = [&](const float (&s)[kBlockN / 2], const float (&alpha)[2], bool rescale) {
+          if (rescale) {
 #pragma unroll
-          for (int j = 0; j < kHeadDim / 8; ++j) {
-            o[4 * j] *= alpha[0];
-            o[4 * j + 1] *= alpha[0];
-            o[4 * j + 2] *= alpha[1];
-            o[4 * j + 3] *= alpha[1];
+            for (int j = 0; j < kHeadDim / 8; ++j) {
+              o[4 * j] *= alpha[0];
+              o[4 * j + 1] *= alpha[0];
+              o[4 * j + 2] *= alpha[1];
+              o[4 * j + 3] *= alpha[1];
+            }
           }
 #pragma unroll
           for (int kk = 0; kk < Traits::kPSteps; ++kk)
@@ -469,8 +492,8 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
             other_turn();
             sm90::warpgroup_wait<0>();
             release(empty_k, slot0);
-            softmax(s, 0, alpha);
-            rescale_and_pack(s, alpha);
+            const bool rescale = softmax(s, 0, alpha);
+            rescale_and_pack(s, alpha, rescale);
           }
           for (int tile = 1; tile < n_tiles; ++tile) {  // S_tile, and P V of tile - 1 under its softmax
             float s[kBlockN / 2], alpha[2];
@@ -483,10 +506,10 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
             other_turn();
             sm90::warpgroup_wait<1>();  // S done; P V may still run
             release(empty_k, slot0 + tile);
-            softmax(s, tile, alpha);
+            const bool rescale = softmax(s, tile, alpha);
             sm90::warpgroup_wait<0>();  // P V done: O and the registers of P are free
             release(empty_v, slot0 + tile - 1);
-            rescale_and_pack(s, alpha);
+            rescale_and_pack(s, alpha, rescale);
           }
           {  // last step: P V of the last tile
             wait_full(full_v, slot0 + n_tiles - 1);
@@ -508,8 +531,8 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
             sm90::warpgroup_wait<0>();  // S done, and P V of tile - 1: O and the registers of P are free
             release(empty_k, slot0 + tile);
             if (tile > 0) release(empty_v, slot0 + tile - 1);
-            softmax(s, tile, alpha);
-            rescale_and_pack(s, alpha);
+            const bool rescale = softmax(s, tile, alpha);
+            rescale_and_pack(s, alpha, rescale);
             wait_full(full_v, slot0 + tile);
             my_turn();
             sm90::warpgroup_fence();

@@ -63,6 +63,13 @@ struct AttentionFwdSm90Traits {
   // S = 512, +1-2 % at 1k; D = 256 +0.5-2.5 % at S <= 2k; level to +1 % from 4k (an H200 alike, "s51 call 2").
   // One-item blocks measured within +-2 % with it (NOTES "wip run 3"), so they go without.
   static constexpr bool kPingPong = kPersistent && kWarpgroups == 2;
+  // The online softmax keeps a row's max until a score passes it by 2^8 and skips the rescale of O in tiles
+  // where no row of the warp moved (online_softmax_tile), above head dim 64. H100, bf16, against always
+  // rescaling, interleaved (NOTES "s52 call 4"): D = 128 +1-3 %, D = 256 +1.5-3.5 % from S = 1k (to +5 % at
+  // 16k), within 1 % at 512. At D = 64, where the multiplies skipped are 32 of a tile's ~450 instructions, the
+  // two-warpgroup form ran 0.5-2 % slower causal at S <= 2k, and the one- and three-warpgroup forms 1-4 %
+  // slower ("s52 calls 2, 4").
+  static constexpr bool kLaggedMax = kHeadDim > 64;
   static constexpr int kProducerRegs = kPersistent && !kQByTma ? 56 : 24;
   static constexpr int kConsumerRegsFit = (65536 / kMinBlocksPerSm - 128 * kProducerRegs) / (128 * kWarpgroups) / 8 * 8;
   static constexpr int kConsumerRegs = kConsumerRegsFit < 240 ? kConsumerRegsFit : 240;

@@ -760,7 +760,7 @@ HOPPER_FORMS = [
     (128, 16, 16, 1024, True, ", 128, 128, 2, 2, true,"),  # persistent, two Q buffers
     (128, 16, 2, 1024, False, ", 128, 128, 2, 2, true,"),  # groups of 8
     (128, 12, 4, 1024, False, ", 128, 128, 2, 3, false,"),  # groups of 3: one item a block
-    (192, 16, 16, 1024, True, ", 192, 64, 2, 2, true,"),   # persistent, two Q buffers
+    (192, 16, 16, 1024, True, ", 192, 80, 2, 2, true,"),   # persistent, two Q buffers, 80-key tiles
     (256, 16, 16, 1024, False, ", 256, 64, 2, 2, true,"),  # persistent, one Q buffer
     (256, 12, 4, 1024, True, ", 256, 64, 2, 2, false,"),
 ]

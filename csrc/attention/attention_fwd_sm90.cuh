@@ -454,7 +454,8 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
         // Online softmax of S_tile. 128-key tiles apply the key mask only where the tile reaches a row's limit
         // (a branch the warpgroup takes together, around no wgmma): the masked form costs a compare and a
         // select per score, which ncu showed as the busiest pipe (ALU 47 %, above the exponentials' 43 %) at
-        // head dim 64. 64-key tiles (head dims above 128) measured 4 % slower with the branch: always masked.
+        // head dim 64. Shorter tiles (head dims above 128) are always masked: 64-key ones measured 4 % slower
+        // with the branch.
         auto softmax = [&](float (&s)[kBlockN / 2], int tile, float (&alpha)[2]) {
           const int n0 = tile * kBlockN;
           if (kBlockN < 128 || n0 + kBlockN > wg_unmasked_end) {

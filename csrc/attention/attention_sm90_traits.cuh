@@ -85,7 +85,8 @@ struct AttentionFwdSm90Traits {
 
   static_assert(sizeof(T) == 2, "wgmma path is for fp16/bf16");
   static_assert(kHeadDim % 64 == 0 && kHeadDim <= 256, "head-dim tile: whole swizzle atoms, at most 256");
-  static_assert(kBlockN == 64 || kBlockN == 128, "S = Q K^T is generated for N = 64 and 128");
+  static_assert(kBlockN == 64 || kBlockN == 80 || kBlockN == 128,
+                "S = Q K^T is generated for N = 64, 80 and 128 (generate_wgmma.py)");
   static_assert(kStages >= 2, "K_{j+1} loads while K_j is used");
   static_assert(kSmemBytes <= kSm90SmemLimit, "must fit the 227 KB of shared memory of sm90");
   static_assert(sm90_blocks_fit(kMinBlocksPerSm, kSmemBytes), "kMinBlocksPerSm blocks fit one SM");
@@ -114,7 +115,12 @@ struct AttentionFwdSm90Traits {
 // the lanes): D = 128 +39-46 % at 512, +7 % at 4k; D = 256 +17-27 % at 512, +4-5 % at 4k; D = 64 causal +20 % at
 // 512, +10 % at 2k, 3-7 % slower at 4k, hence at most 16 key tiles (NOTES "s50 call 7"). Two Q buffers and two
 // stages at head dims 128 and 192 (one buffer and three stages gained only 0-4 % at 128), one Q buffer at 256,
-// where two do not fit.
+// where two do not fit. At head dim 192 that form takes 80-key tiles (FlashAttention 3 takes 112-128 there), the
+// most two Q buffers and two stages of K and V leave room for (216 KB): H100, bf16, against 64-key tiles,
+// interleaved: +6-10 % at S = 1k-16k without a mask, +4-9 % causal from 2k, level at 1k and without a mask at 512,
+// 2.4 % slower causal at 512 (NOTES "s52 calls 6-7"). At head dim 256 (one Q buffer, 20 bytes of spills) the same
+// tiles ran -4.5 % at 512 to +2 % at 8k, and 160-key tiles at 128 lost 5-14 % at S <= 1k and gained 1-2 % from 2k:
+// neither is used.
 template <typename T, int kHeadDim>
 struct AttentionFwdSm90Config {
   static constexpr int kBlockN = kHeadDim <= 128 ? 128 : 64;
@@ -128,10 +134,11 @@ struct AttentionFwdSm90Config {
   static constexpr int kNarrowPersistentMaxTiles = 8;
   using NarrowPersistent = AttentionFwdSm90Traits<T, kHeadDim, kBlockN, 1, 2, /*kPersistent=*/true, kPvUnderSoftmax>;
   static constexpr int kPersistentMaxTiles = kHeadDim == 64 ? 16 : INT_MAX;
+  static constexpr int kPersistentBlockN = kHeadDim == 192 ? 80 : kBlockN;
   static constexpr int kPersistentStages =
-      attention_sm90_smem_bytes(128, kBlockN, kHeadDim, 3, 2) <= kSm90SmemLimit ? 3 : 2;
-  using Persistent =
-      AttentionFwdSm90Traits<T, kHeadDim, kBlockN, 2, kPersistentStages, /*kPersistent=*/true, kPvUnderSoftmax>;
+      attention_sm90_smem_bytes(128, kPersistentBlockN, kHeadDim, 3, 2) <= kSm90SmemLimit ? 3 : 2;
+  using Persistent = AttentionFwdSm90Traits<T, kHeadDim, kPersistentBlockN, 2, kPersistentStages,
+                                            /*kPersistent=*/true, kPvUnderSoftmax>;
   static constexpr bool kHasWide = kHeadDim == 64;
   using Wide = AttentionFwdSm90Traits<T, kHeadDim, kBlockN, 3, 3, false, kPvUnderSoftmax>;
   using WidePersistent = AttentionFwdSm90Traits<T, kHeadDim, kBlockN, 3, 3, /*kPersistent=*/true, kPvUnderSoftmax>;

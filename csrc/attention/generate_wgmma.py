@@ -7,7 +7,7 @@ python3 csrc/attention/generate_wgmma.py
 """
 import os
 
-SS_N = [64, 128]                      # S = Q K^T: N = keys per tile
+SS_N = [64, 80, 128]                  # S = Q K^T: N = keys per tile
 RS_N = [64, 128, 192, 256]            # O += P V: N = head-dim tile
 TYPES = {"__half": "f16", "__nv_bfloat16": "bf16"}
 HERE = os.path.dirname(os.path.abspath(__file__))

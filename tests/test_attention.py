@@ -743,35 +743,39 @@ def test_cuda_more_items_than_sms(dtype, d, hq, hk, causal):
 def test_cuda_head_dim_64_long_keys(dtype, b, hq, hk, sq, sk, causal):
     # more than 8 key tiles at head dim 64: on 132 SMs the Hopper kernel's wide form (three consumer warpgroups,
     # 192-row items; each head's last item partly rows past Sq, GQA rows packed) takes these without a mask
-    # (persistent: Q by bulk tensor copies) and the causal ones above 16 key tiles; the causal 1100-key one
-    # runs two consumer warpgroups persistent
+    # (persistent: Q by bulk tensor copies), the causal ones above 16 key tiles (one item a block) and the causal
+    # 1100-key one, 4400 packed rows of 9 key tiles (persistent)
     check_attention(*make_qkv(b, hq, hk, sq, sk, 64, dtype, "cuda"), causal=causal)
 
 
-# (head dim, query heads, kv heads, keys, causal) -> the Hopper kernel's form, by the template arguments of its
-# traits in the kernel's name (head dim, key tile, consumer warpgroups, stages, persistent). 4 batches of 3072
-# (head dim 64) or 1024 query rows: enough items that no call splits its keys, and for the wide form's waves to
-# win on any SM count from 78 (H20) to 132 (H100 SXM, H200).
+# (head dim, query heads, kv heads, queries, keys, causal) -> the Hopper kernel's form, by the template arguments of
+# its traits in the kernel's name (head dim, key tile, consumer warpgroups, stages, persistent). 4 batches: enough
+# items that no call splits its keys, and for the wide form's waves to win on any SM count from 78 (H20) to 132
+# (H100 SXM, H200). Head dim 64, causal: the wide form persistent from 4096 packed rows (queries x group) up to 32
+# key tiles, two warpgroups persistent below that up to 16 key tiles.
 HOPPER_FORMS = [
-    (64, 16, 16, 1024, True, ", 64, 128, 2, 3, true,"),    # causal, at most 16 key tiles: two warpgroups, persistent
-    (64, 16, 4, 1024, True, ", 64, 128, 2, 3, true,"),     # the same with groups of 4 query heads (Q map of 5 dims)
-    (64, 12, 4, 1024, True, ", 64, 128, 1, 2, true,"),     # groups of 3 do not divide 128 rows: narrow persistent
-    (64, 16, 16, 1024, False, ", 64, 128, 3, 3, true,"),   # no mask: the wide form, persistent
-    (64, 16, 16, 4224, True, ", 64, 128, 3, 3, false,"),   # causal, 33 key tiles: the wide form, one item a block
-    (128, 16, 16, 1024, True, ", 128, 128, 2, 2, true,"),  # persistent, two Q buffers
-    (128, 16, 2, 1024, False, ", 128, 128, 2, 2, true,"),  # groups of 8
-    (128, 12, 4, 1024, False, ", 128, 128, 2, 3, false,"),  # groups of 3: one item a block
-    (192, 16, 16, 1024, True, ", 192, 80, 2, 2, true,"),   # persistent, two Q buffers, 80-key tiles
-    (256, 16, 16, 1024, False, ", 256, 64, 2, 2, true,"),  # persistent, one Q buffer
-    (256, 12, 4, 1024, True, ", 256, 64, 2, 2, false,"),
+    (64, 16, 16, 3072, 1024, True, ", 64, 128, 2, 3, true,"),   # causal, 3072 rows: two warpgroups, persistent
+    (64, 16, 4, 768, 1024, True, ", 64, 128, 2, 3, true,"),     # the same with groups of 4 (Q map of 5 dims)
+    (64, 12, 4, 768, 1024, True, ", 64, 128, 1, 2, true,"),     # groups of 3 do not divide 128 rows: narrow
+    (64, 16, 4, 3072, 1024, True, ", 64, 128, 3, 3, true,"),    # 12288 packed rows: the wide form, persistent
+    (64, 12, 4, 3072, 1024, True, ", 64, 128, 3, 3, true,"),    # groups of 3 divide its 192 rows
+    (64, 16, 16, 4096, 4096, True, ", 64, 128, 3, 3, true,"),   # 4096 rows, 32 key tiles: still persistent
+    (64, 16, 16, 3072, 1024, False, ", 64, 128, 3, 3, true,"),  # no mask: the wide form, persistent
+    (64, 16, 16, 3072, 4224, True, ", 64, 128, 3, 3, false,"),  # causal, 33 key tiles: the wide form, one item a block
+    (128, 16, 16, 1024, 1024, True, ", 128, 128, 2, 2, true,"),  # persistent, two Q buffers
+    (128, 16, 2, 1024, 1024, False, ", 128, 128, 2, 2, true,"),  # groups of 8
+    (128, 12, 4, 1024, 1024, False, ", 128, 128, 2, 3, false,"),  # groups of 3: one item a block
+    (192, 16, 16, 1024, 1024, True, ", 192, 80, 2, 2, true,"),   # persistent, two Q buffers, 80-key tiles
+    (256, 16, 16, 1024, 1024, False, ", 256, 64, 2, 2, true,"),  # persistent, one Q buffer
+    (256, 12, 4, 1024, 1024, True, ", 256, 64, 2, 2, false,"),
 ]
 
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not IS_SM90, reason="the wgmma kernel runs on compute capability 9.0 only")
-@pytest.mark.parametrize("d, hq, hk, sk, causal, form", HOPPER_FORMS, ids=str)
-def test_cuda_hopper_kernel_forms(d, hq, hk, sk, causal, form):
-    q, k, v = make_qkv(4, hq, hk, 3072 if d == 64 else 1024, sk, d, torch.bfloat16, "cuda")
+@pytest.mark.parametrize("d, hq, hk, sq, sk, causal, form", HOPPER_FORMS, ids=str)
+def test_cuda_hopper_kernel_forms(d, hq, hk, sq, sk, causal, form):
+    q, k, v = make_qkv(4, hq, hk, sq, sk, d, torch.bfloat16, "cuda")
     names = [n for n in cuda_kernel_names(lambda: fae.attention(q, k, v, causal=causal))
              if "attention_fwd_sm90_kernel<" in n]
     assert names, "the Hopper kernel did not run"

@@ -54,12 +54,10 @@ bool launch_attention_fwd_sm90(const AttentionParams& p, cudaStream_t stream) {
   using attention_fwd_sm90::OStore;
   CUtensorMap o_map = k_map;  // a placeholder the kernel does not read unless it stores O by bulk copies
   OStore o_store = OStore::kLanes;
-  if (Traits::kOByProducer && make_packed_rows_map(&o_map, kBf16, p.out, p, p.group, p.seqlen_q, p.o_row_stride,
-                                                   p.o_head_stride, p.o_batch_stride, Traits::kBlockM)) {
-    o_store = OStore::kProducerTma;
-  } else if (16 % p.group == 0 && make_packed_rows_map(&o_map, kBf16, p.out, p, p.group, p.seqlen_q, p.o_row_stride,
-                                                       p.o_head_stride, p.o_batch_stride, 16)) {
-    o_store = OStore::kWarpTma;
+  constexpr int kOBoxRows = Traits::kOByProducer ? Traits::kBlockM : 16;
+  if (kOBoxRows % p.group == 0 && make_packed_rows_map(&o_map, kBf16, p.out, p, p.group, p.seqlen_q, p.o_row_stride,
+                                                       p.o_head_stride, p.o_batch_stride, kOBoxRows)) {
+    o_store = Traits::kOByProducer ? OStore::kProducerTma : OStore::kWarpTma;
   }
   CUtensorMap q_map = k_map;  // a placeholder the kernel does not read unless Traits::kQByTma
   if (Traits::kQByTma && !make_packed_rows_map(&q_map, kBf16, p.q, p, p.group, p.seqlen_q, p.q_row_stride,
@@ -107,8 +105,16 @@ bool run_attention_fwd_sm90(const AttentionParams& p, cudaStream_t stream) {
   // The forms whose Q arrives by bulk tensor copies decline groups of query heads that do not divide their
   // tile (their launcher returns false before encoding any map), which take the forms after them.
   if constexpr (Config::kHasWide) {
-    // Without a causal mask the wide form runs persistent at any key range.
-    if (!p.causal && key_tiles > 0 && wide_waves_win(p, 125) &&
+    // Without a causal mask the wide form runs persistent at any key range. Causal calls take it from 4096
+    // packed rows (positions times the group) up to 32 key tiles, a rule fitted to measurements: every row of an
+    // item computes the key tiles up to the item's last row, and with fewer rows per head the 192-row items'
+    // share of such masked work outweighs what the third warpgroup gains; above 32 key tiles the one-item wide
+    // form, whose blocks the hardware hands out as SMs free up, wins (not profiled). H100, bf16, causal, forms
+    // forced and interleaved (NOTES "s53 calls 1-2"), against the form chosen before: +5 % at S = 4k, +4-14 % with
+    // groups of 2-8 at S = 512-2k, +1-2 % with groups at 4k; 2.5-30 % slower below 4096 packed rows, 1-3.6 %
+    // above 32 key tiles.
+    const bool wide_causal = p.causal && p.packed_rows >= 4096 && key_tiles <= 32;
+    if ((!p.causal || wide_causal) && key_tiles > 0 && wide_waves_win(p, 125) &&
         launch_attention_fwd_sm90<typename Config::WidePersistent>(p, stream)) {
       return true;
     }

@@ -15,6 +15,7 @@
 #include "attention/mma_sm80.cuh"
 #include "attention/wgmma_sm90.cuh"
 #include "attention/wgmma_sm90_ops.cuh"
+#include "common/fast_math.cuh"
 #include "common/grid_dependency.cuh"
 #include "common/mbarrier.cuh"
 
@@ -493,8 +494,8 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
             other_turn();
             sm90::warpgroup_wait<0>();
             release(empty_k, slot0);
-            const bool rescale = softmax(s, 0, alpha);
-            rescale_and_pack(s, alpha, rescale);
+            softmax(s, 0, alpha);
+            rescale_and_pack(s, alpha, false);  // O is still zero
           }
           for (int tile = 1; tile < n_tiles; ++tile) {  // S_tile, and P V of tile - 1 under its softmax
             float s[kBlockN / 2], alpha[2];
@@ -533,7 +534,9 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
             release(empty_k, slot0 + tile);
             if (tile > 0) release(empty_v, slot0 + tile - 1);
             const bool rescale = softmax(s, tile, alpha);
-            rescale_and_pack(s, alpha, rescale);
+            // Before the first tile O is still zero, so persistent forms skip that multiply (the one-item forms, whose
+            // items are long, ran 0.5-2 % slower at S = 8k-16k with the branch; NOTES "s53 calls 7-8").
+            rescale_and_pack(s, alpha, rescale && (!kPersistent || tile > 0));
             wait_full(full_v, slot0 + tile);
             my_turn();
             sm90::warpgroup_fence();
@@ -546,18 +549,23 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
       }
       slot0 += n_tiles;
 
-      // Epilogue: O / l and lse = m ln2 + ln l; a row that saw no key gets 0 and -inf.
+      // Epilogue: O / l and lse = (m + log2 l) ln 2; a row that saw no key gets 0 and -inf. The reciprocal and the
+      // log are one MUFU instruction each: 1.f / l and logf were ~120 of a consumer warp's ~540 instructions per
+      // item at D = 64, causal, S = 512, where an item is 2.5 key tiles (ncu, NOTES "s53 call 6"); their error (an
+      // ulp or two of fp32) is far under a 16-bit O's rounding. H100, bf16, interleaved against the kernel before
+      // (with the first tile's skipped multiply, "s53 calls 7-8"): D = 64 +2.5-5.5 % at S <= 2k, D = 128 +1-3 %
+      // at S <= 1k but 1 % slower causal at 512.
       float inv_sum[2];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         float l = row_sum[h];
         l += __shfl_xor_sync(0xffffffff, l, 1);
         l += __shfl_xor_sync(0xffffffff, l, 2);
-        inv_sum[h] = l == 0.f ? 0.f : 1.f / l;  // NaN inputs stay NaN
+        inv_sum[h] = l == 0.f ? 0.f : fast_rcp(l);  // NaN inputs stay NaN
         const int r = row0 + 8 * h;
         if (t == 0 && r < p.packed_rows) {
           p.lse[lse_index(p, bc.batch, bc.kv_head, r)] =
-              l == 0.f ? -INFINITY : row_max[h] * attention_fwd::kLn2 + logf(l);
+              l == 0.f ? -INFINITY : (row_max[h] + fast_log2(l)) * attention_fwd::kLn2;
         }
       }
 

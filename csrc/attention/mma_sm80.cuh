@@ -12,7 +12,7 @@
 
 #include <cstdint>
 
-#include "common/fast_exp2.cuh"
+#include "common/fast_math.cuh"
 #include "common/shared_memory.cuh"
 
 namespace flash_attn_ext {

@@ -23,7 +23,7 @@
 #include <limits>
 #include <type_traits>
 
-#include "common/fast_exp2.cuh"
+#include "common/fast_math.cuh"
 #include "softmax/softmax_launch.h"
 
 namespace flash_attn_ext {

@@ -535,7 +535,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
             if (tile > 0) release(empty_v, slot0 + tile - 1);
             const bool rescale = softmax(s, tile, alpha);
             // Before the first tile O is still zero, so persistent forms skip that multiply (the one-item forms, whose
-            // items are long, ran 0.5-2 % slower at S = 8k-16k with the branch; NOTES "s53 calls 7-8").
+            // items are long, ran 1.5-3 % slower causal at S = 8k-16k with the branch; NOTES "s53 calls 7-8").
             rescale_and_pack(s, alpha, rescale && (!kPersistent || tile > 0));
             wait_full(full_v, slot0 + tile);
             my_turn();

@@ -68,6 +68,8 @@ AttentionParams make_params(const AttentionProblem& pr, const at::Tensor& q, con
   p.head_dim = static_cast<int>(pr.head_dim);
   p.group = static_cast<int>(pr.heads_q / pr.heads_kv);
   p.packed_rows = p.seqlen_q * p.group;
+  p.group_div = FastDivmod(static_cast<uint32_t>(p.group));
+  p.heads_kv_div = FastDivmod(static_cast<uint32_t>(p.heads_kv));
   p.scale = static_cast<float>(pr.scale);
   p.scale_log2 = static_cast<float>(pr.scale * M_LOG2E);
   p.causal = pr.causal;

@@ -26,6 +26,7 @@ using attention_fwd::BlockCoords;
 using attention_fwd::block_coords;
 using attention_fwd::key_limit;
 using attention_fwd::lse_index;
+using attention_fwd::packed_position;
 using attention_fwd::packed_row_offset;
 
 // The launcher's tensor maps (attention_fwd_sm90_launch.cuh) are (head dim, group, seqlen, kv heads, batch):
@@ -189,6 +190,12 @@ __host__ __device__ inline long long persistent_units(long long items, int m_blo
   return paired ? items / m_blocks * ((m_blocks + 1) / 2) : items;
 }
 
+// Divisors of the launch's item decoding, made on the host (FastDivmod): m blocks per (batch, kv head), and the
+// pairs of them (for_each_item).
+struct ItemDivisors {
+  FastDivmod m_blocks, pairs_per_head;
+};
+
 // Runs body(item, local) for the block's work items, `local` counting them: item blockIdx.x alone, or
 // (persistent) work units blockIdx.x, + gridDim.x, ... A unit is one item, or for causal attention the pair
 // of m blocks (i, m_blocks - 1 - i) of one (batch, kv head): one long and one short item, so every pair is
@@ -196,17 +203,18 @@ __host__ __device__ inline long long persistent_units(long long items, int m_blo
 // kv head) with the m position fastest (block_coords). Kept apart so the one-item kernel compiles as a
 // straight line.
 template <bool kPersistent, typename Body>
-__device__ __forceinline__ void for_each_item(long long items, int m_blocks, bool paired, Body&& body) {
+__device__ __forceinline__ void for_each_item(long long items, const ItemDivisors& div, bool paired, Body&& body) {
   if constexpr (kPersistent) {
-    const int pairs_per_head = (m_blocks + 1) / 2;
+    const int m_blocks = static_cast<int>(div.m_blocks.divisor);
+    const int pairs_per_head = static_cast<int>(div.pairs_per_head.divisor);
     const long long units = persistent_units(items, m_blocks, paired);
     int local = 0;
     for (long long unit = blockIdx.x; unit < units; unit += gridDim.x) {
       long long first = unit, second = -1;
       if (paired) {
-        // 32-bit division where the unit fits (see block_coords).
-        const long long head = unit <= 0xffffffffLL ? static_cast<unsigned>(unit) / unsigned(pairs_per_head)
-                                                    : unit / pairs_per_head;
+        // A multiply-high where the unit fits (see block_coords).
+        const long long head = unit < 0x80000000LL ? div.pairs_per_head.div(static_cast<uint32_t>(unit))
+                                                   : unit / pairs_per_head;
         const long long head_first = head * m_blocks;
         const int i = static_cast<int>(unit - head * pairs_per_head);
         first = head_first + i;
@@ -243,7 +251,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
     attention_fwd_sm90_kernel(const AttentionParams p, const __grid_constant__ CUtensorMap q_map,
                               const __grid_constant__ CUtensorMap k_map,
                               const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap o_map,
-                              const OStore o_store) {
+                              const OStore o_store, const ItemDivisors div) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   begin_dependent_grid();
   using T = typename Traits::T;
@@ -264,8 +272,9 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
   uint64_t* q_empty = q_full + Traits::kQBuffers;
   constexpr int kQLoaders = 96;  // persistent: producer warps 1-3 load Q
 
-  const int m_blocks = (p.packed_rows + kBlockM - 1) / kBlockM;
+  const int m_blocks = static_cast<int>(div.m_blocks.divisor);  // (p.packed_rows + kBlockM - 1) / kBlockM
   const long long items = static_cast<long long>(m_blocks) * p.batch * p.heads_kv;
+  const int positions_per_block = packed_position(p, kBlockM);  // whole ones where Q goes by TMA
   // Key tiles of the item starting at packed row m0: up to the largest causal limit of its rows. All
   // consumers run every tile: a wgmma under a branch the compiler cannot prove warpgroup-uniform gets
   // serialized (ptxas C7520), which costs far more than the at most one fully masked tile the first computes.
@@ -319,16 +328,16 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
       long long staged_old = -1, staged_new = -1;
       int items_done = 0;
       auto store_o = [&](long long item, int buf) {
-        const BlockCoords sb = block_coords(p, m_blocks, item);
-        const int pos = sb.m_block * (kBlockM / p.group);
+        const BlockCoords sb = block_coords(p, div.m_blocks, item);
+        const int pos = sb.m_block * positions_per_block;
 #pragma unroll
         for (int a = 0; a < Traits::kAtoms; ++a) {
           tma_store_box(&o_map, sQ + buf * Traits::kQBytes + a * kBlockM * 128, a * 64, pos, sb.kv_head, sb.batch);
         }
         bulk_commit_and_wait_read();  // the buffer may be refilled once this returns
       };
-      for_each_item<kPersistent>(items, m_blocks, p.causal, [&](long long item, int local) {
-        const BlockCoords bc = block_coords(p, m_blocks, item);
+      for_each_item<kPersistent>(items, div, p.causal, [&](long long item, int local) {
+        const BlockCoords bc = block_coords(p, div.m_blocks, item);
         const int n_tiles = key_tiles(bc.m_block * kBlockM);
         int tile = 0;
         items_done = local + 1;
@@ -347,7 +356,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
           }
           staged_old = staged_new;
           staged_new = item;
-          load_tile(sQ + buf * Traits::kQBytes, kBlockM, &q_map, q_full + buf, bc.m_block * (kBlockM / p.group), bc);
+          load_tile(sQ + buf * Traits::kQBytes, kBlockM, &q_map, q_full + buf, bc.m_block * positions_per_block, bc);
         }
         // K_j, then V_j: V_j is used one step after K_j, and its stage frees one step later too.
         for (; tile < n_tiles; ++tile, ++slot) {
@@ -362,8 +371,8 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
         }
       }
     } else if (kPersistent && !Traits::kQByTma && threadIdx.x >= 32) {
-      for_each_item<kPersistent>(items, m_blocks, p.causal, [&](long long item, int local) {
-        const BlockCoords bc = block_coords(p, m_blocks, item);
+      for_each_item<kPersistent>(items, div, p.causal, [&](long long item, int local) {
+        const BlockCoords bc = block_coords(p, div.m_blocks, item);
         const int buf = local % Traits::kQBuffers, use = local / Traits::kQBuffers;
         if (use > 0) mbarrier_wait(q_empty + buf, (use - 1) & 1);
         load_q_rows<Traits, kBlockM, kQLoaders>(sQ + buf * Traits::kQBytes, p, bc, bc.m_block * kBlockM, 0,
@@ -394,8 +403,8 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
       if (lane == 0) mbarrier_arrive(ring + slot % kStages);
     };
 
-    for_each_item<kPersistent>(items, m_blocks, p.causal, [&](long long item, int local) {
-      const BlockCoords bc = block_coords(p, m_blocks, item);
+    for_each_item<kPersistent>(items, div, p.causal, [&](long long item, int local) {
+      const BlockCoords bc = block_coords(p, div.m_blocks, item);
       const int m0 = bc.m_block * kBlockM;
       const int n_tiles = key_tiles(m0);
       const int wg_row0 = m0 + 64 * wg;
@@ -592,7 +601,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
         if (lane == 0) {
 #pragma unroll
           for (int a = 0; a < Traits::kAtoms; ++a) {
-            tma_store_box(&o_map, sQb + a * kBlockM * 128 + warp_row * 128, a * 64, (m0 + warp_row) / p.group,
+            tma_store_box(&o_map, sQb + a * kBlockM * 128 + warp_row * 128, a * 64, packed_position(p, m0 + warp_row),
                           bc.kv_head, bc.batch);
           }
           bulk_commit_and_wait_read();  // the Q buffer may be refilled (or the block exit) once this returns

@@ -78,8 +78,10 @@ bool launch_attention_fwd_sm90(const AttentionParams& p, cudaStream_t stream) {
                                resident);
   }
   TORCH_CHECK(blocks <= INT_MAX, "flash_attn_ext.attention: problem too large (", blocks, " thread blocks)");
+  const attention_fwd_sm90::ItemDivisors div{FastDivmod(static_cast<uint32_t>(m_blocks)),
+                                             FastDivmod(static_cast<uint32_t>((m_blocks + 1) / 2))};
   launch_kernel(kernel, static_cast<unsigned>(blocks), Traits::kThreads, kSmem, stream, LaunchKind::Plain, p, q_map,
-                k_map, v_map, o_map, o_store);
+                k_map, v_map, o_map, o_store, div);
   return true;
 }
 

@@ -3,6 +3,8 @@
 // constants precomputed on the host. No ATen types, so device code and host code share it.
 #include <cstdint>
 
+#include "common/fast_divmod.h"
+
 namespace flash_attn_ext {
 
 struct AttentionParams {
@@ -23,6 +25,7 @@ struct AttentionParams {
   // K/V tile once for all heads of its group, and causal limits stay monotone in r.
   int group;        // heads_q / heads_kv
   int packed_rows;  // seqlen_q * group
+  FastDivmod group_div, heads_kv_div;  // division by group and heads_kv (item and row decoding)
 
   float scale;       // multiplies q @ k^T
   float scale_log2;  // scale * log2(e): scores go straight into exp2

@@ -29,24 +29,33 @@ __device__ __forceinline__ BlockCoords block_coords_as(const AttentionParams& p,
   return c;
 }
 
-// 32-bit division wherever the id fits: a 64-bit one is a subroutine call of ~100 dependent instructions,
-// and a persistent block decodes every item it takes. Per-block traces (H100, head dim 64, S = 512): the
-// changeover between two items, epilogue included, took 4617 cycles with 64-bit decoding, 4356 without,
-// 3631 once packed_position below dropped the row divisions too (an item's whole loop: ~10000 cycles).
-__device__ __forceinline__ BlockCoords block_coords(const AttentionParams& p, int m_blocks, long long id) {
-  return id <= 0xffffffffLL ? block_coords_as(p, m_blocks, static_cast<unsigned>(id))
-                            : block_coords_as(p, m_blocks, static_cast<unsigned long long>(id));
+// The same by multiply-high divisions (FastDivmod) where the id is below 2^31, with no split (the Hopper kernel
+// never splits keys); otherwise 64-bit divisions, a subroutine call of ~100 dependent instructions each. A
+// persistent block decodes every item it takes. Per-block traces (H100, head dim 64, S = 512): the changeover
+// between two items, epilogue included, took 4617 cycles with 64-bit decoding, 4356 with 32-bit divisions, 3631
+// once packed_position below dropped the row divisions too (an item's whole loop: ~10000 cycles).
+__device__ __forceinline__ BlockCoords block_coords(const AttentionParams& p, const FastDivmod& m_blocks,
+                                                    long long id) {
+  if (id >= 0x80000000LL || p.num_splits != 1) return block_coords_as(p, int(m_blocks.divisor), (unsigned long long)id);
+  uint32_t m_rem, kv_head;
+  const uint32_t head = m_blocks.divmod(static_cast<uint32_t>(id), m_rem);
+  BlockCoords c;
+  c.m_block = static_cast<int>(m_blocks.divisor - 1 - m_rem);
+  c.split = 0;
+  c.batch = static_cast<int>(p.heads_kv_div.divmod(head, kv_head));
+  c.kv_head = static_cast<int>(kv_head);
+  return c;
 }
 
+// One-item launches (the mma.sync and decode kernels): the block's index, decoded once per block.
 __device__ __forceinline__ BlockCoords block_coords(const AttentionParams& p, int m_blocks) {
-  return block_coords(p, m_blocks, blockIdx.x);
+  return block_coords_as(p, m_blocks, blockIdx.x);
 }
 
-// Query position of packed row r, r / group, without a division when group is 1 (heads not shared, the
-// common case): a 32-bit division by a runtime divisor is ~20 dependent instructions, and every item
-// decodes a few rows (causal limits) and its epilogue one row per 16-byte chunk it writes.
+// Query position of packed row r (0 <= r < 2^31), r / group, by a multiply-high: every item decodes a few rows
+// (causal limits) and its epilogue one row per lse value and 16-byte chunk it writes.
 __device__ __forceinline__ int packed_position(const AttentionParams& p, int r) {
-  return p.group == 1 ? r : r / p.group;
+  return static_cast<int>(p.group_div.div(static_cast<uint32_t>(r)));
 }
 
 // Number of keys packed row `r` may see: Sk, or its bottom-right causal limit (can be <= 0).

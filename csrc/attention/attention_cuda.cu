@@ -81,10 +81,10 @@ AttentionParams make_params(const AttentionProblem& pr, const at::Tensor& q, con
 // Split the keys across blocks only when the (m block, batch, kv head) grid fills the resident block slots
 // poorly (decoding, short prompts against long caches). The efficiency of s splits is the key tiles there are over
 // the key tiles the slots could have run meanwhile: waves(s) x slots x ceil(key_tiles / s), the last factor being
-// one block's share. Among split counts that keep >= 4 key tiles per split, take the smallest within 90 % of the
+// one block's share. Among split counts that keep >= 4 key tiles per split, take the smallest within 95 % of the
 // best (each wave starts its blocks again, and more splits merge more partials). Until session 54 the rule counted
-// blocks only, at 85 %, and so missed the uneven shares of the ceil: at B = 1, 8 kv heads, Sk = 32k it took 15
-// splits of 18 tiles, where 16 of 16 ran 9 % faster (H100; NOTES "s54 call 2").
+// blocks only, at 85 %, and so missed the uneven shares of the ceil: at B = 1, 8 kv heads it took 15 splits where
+// 16 ran 5 % faster at Sk = 32k (55.2 against 58.1 us) and 3 % at 128k (H100; NOTES "s54 calls 2 and 4").
 int choose_num_splits(int64_t blocks, int key_tiles, int slots) {
   if (blocks >= slots || key_tiles < 8) return 1;
   const int max_splits = std::min(128, key_tiles / 4);
@@ -96,7 +96,7 @@ int choose_num_splits(int64_t blocks, int key_tiles, int slots) {
   double best = 0.0;
   for (int s = 1; s <= max_splits; ++s) best = std::max(best, efficiency(s));
   for (int s = 1; s <= max_splits; ++s) {
-    if (efficiency(s) >= 0.9 * best) return s;
+    if (efficiency(s) >= 0.95 * best) return s;
   }
   return 1;
 }

@@ -36,7 +36,9 @@ __device__ __forceinline__ BlockCoords block_coords_as(const AttentionParams& p,
 // once packed_position below dropped the row divisions too (an item's whole loop: ~10000 cycles).
 __device__ __forceinline__ BlockCoords block_coords(const AttentionParams& p, const FastDivmod& m_blocks,
                                                     long long id) {
-  if (id >= 0x80000000LL || p.num_splits != 1) return block_coords_as(p, int(m_blocks.divisor), (unsigned long long)id);
+  if (id >= 0x80000000LL || p.num_splits != 1) {
+    return block_coords_as(p, static_cast<int>(m_blocks.divisor), static_cast<unsigned long long>(id));
+  }
   uint32_t m_rem, kv_head;
   const uint32_t head = m_blocks.divmod(static_cast<uint32_t>(id), m_rem);
   BlockCoords c;

@@ -79,26 +79,30 @@ AttentionParams make_params(const AttentionProblem& pr, const at::Tensor& q, con
 }
 
 // Split the keys across blocks only when the (m block, batch, kv head) grid fills the resident block slots
-// poorly (decoding, short prompts against long caches). The efficiency of s splits is the key tiles there are over
-// the key tiles the slots could have run meanwhile: waves(s) x slots x ceil(key_tiles / s), the last factor being
-// one block's share. Among split counts that keep >= 4 key tiles per split, take the smallest within 95 % of the
-// best (each wave starts its blocks again, and more splits merge more partials). Until session 54 the rule counted
-// blocks only, at 85 %, and so missed the uneven shares of the ceil: at B = 1, 8 kv heads it took 15 splits where
-// 16 ran 5 % faster at Sk = 32k (55.2 against 58.1 us) and 3 % at 128k (H100; NOTES "s54 calls 2 and 4").
+// poorly (decoding, short prompts against long caches). Among split counts that keep >= 4 key tiles per
+// split, take the smallest whose wave efficiency (blocks / (waves * slots)) is within 85% of the best, so
+// the last wave is not a near-empty tail; then, in as many waves, the most splits (the shortest share of key tiles
+// per block), and of those the fewest that give that share. The second step is session 54's: a block's share is
+// ceil(key_tiles / splits), and at B = 1, 8 kv heads the first step alone took 15 splits of 18 tiles where 16 of 16
+// ran 5 % faster at Sk = 32k (55.2 against 58.1 us) and 3 % at 128k (H100; NOTES "s54 calls 2 and 4"). A rule that
+// weighed the shares alone (without the waves) also picked 16 there, but many short waves elsewhere.
 int choose_num_splits(int64_t blocks, int key_tiles, int slots) {
   if (blocks >= slots || key_tiles < 8) return 1;
   const int max_splits = std::min(128, key_tiles / 4);
-  auto efficiency = [&](int s) {
-    const int64_t waves = (blocks * s + slots - 1) / slots;
-    const int64_t share = (key_tiles + s - 1) / s;
-    return static_cast<double>(blocks * key_tiles) / static_cast<double>(waves * slots * share);
-  };
+  auto waves = [&](int s) { return (blocks * s + slots - 1) / slots; };
+  auto efficiency = [&](int s) { return static_cast<double>(blocks * s) / static_cast<double>(waves(s) * slots); };
   double best = 0.0;
   for (int s = 1; s <= max_splits; ++s) best = std::max(best, efficiency(s));
+  int chosen = 1;
   for (int s = 1; s <= max_splits; ++s) {
-    if (efficiency(s) >= 0.95 * best) return s;
+    if (efficiency(s) >= 0.85 * best) {
+      chosen = s;
+      break;
+    }
   }
-  return 1;
+  const int most = static_cast<int>(std::min<int64_t>(max_splits, waves(chosen) * slots / blocks));
+  const int share = (key_tiles + most - 1) / most;
+  return (key_tiles + share - 1) / share;
 }
 
 // The Hopper (wgmma) kernel runs when the build has sm_90a code and the device is compute capability 9.0,

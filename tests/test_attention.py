@@ -757,8 +757,9 @@ HOPPER_FORMS = [
     (64, 16, 16, 3072, 1024, True, ", 64, 128, 2, 3, true,"),   # causal, 3072 rows: two warpgroups, persistent
     (64, 16, 4, 768, 1024, True, ", 64, 128, 2, 3, true,"),     # the same with groups of 4 (Q map of 5 dims)
     (64, 12, 4, 768, 1024, True, ", 64, 128, 1, 2, true,"),     # groups of 3 do not divide 128 rows: narrow
-    (64, 16, 4, 3072, 1024, True, ", 64, 128, 3, 3, true,"),    # 12288 packed rows: the wide form, persistent
-    (64, 12, 4, 3072, 1024, True, ", 64, 128, 3, 3, true,"),    # groups of 3 divide its 192 rows
+    (64, 16, 4, 3072, 2048, True, ", 64, 128, 3, 3, true,"),    # 12288 packed rows, 16 key tiles: wide, persistent
+    (64, 12, 4, 3072, 2048, True, ", 64, 128, 3, 3, true,"),    # groups of 3 divide its 192 rows
+    (64, 16, 4, 3072, 1024, True, ", 64, 128, 2, 3, true,"),    # 8 key tiles: two warpgroups (s54 call 9)
     (64, 16, 16, 4096, 4096, True, ", 64, 128, 3, 3, true,"),   # 4096 rows, 32 key tiles: wide, persistent
     (64, 16, 16, 4096, 4224, True, ", 64, 128, 3, 3, true,"),   # and at 33 key tiles (one item a block before c9a70ab)
     (64, 16, 16, 3072, 1024, False, ", 64, 128, 3, 3, true,"),  # no mask: the wide form, persistent

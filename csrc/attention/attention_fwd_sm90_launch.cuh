@@ -108,14 +108,15 @@ bool run_attention_fwd_sm90(const AttentionParams& p, cudaStream_t stream) {
   // tile (their launcher returns false before encoding any map), which take the forms after them.
   if constexpr (Config::kHasWide) {
     // Without a causal mask the wide form runs persistent at any key range. Causal calls take it from 4096
-    // packed rows (positions times the group), a rule fitted to measurements: every row of an item computes the
-    // key tiles up to the item's last row, and with fewer rows per head the 192-row items' share of such masked
-    // work outweighs what the third warpgroup gains. H100, bf16, causal, forms forced and interleaved (NOTES
-    // "s53 calls 1-2"), against the form chosen before: +5 % at S = 4k, +4-14 % with groups of 2-8 at S =
-    // 512-2k, +1-2 % with groups at 4k; 2.5-30 % slower below 4096 packed rows. Above 32 key tiles the one-item
-    // wide form won by 1-3.6 % until the items' divisions became multiply-highs (c9a70ab); since, the persistent
-    // form wins there too: +2.8 % at S = 8k, +0.7-2 % at 16k ("s54 call 4").
-    const bool wide_causal = p.causal && p.packed_rows >= 4096;
+    // packed rows (positions times the group) and above 8 key tiles, a rule fitted to measurements: every row of
+    // an item computes the key tiles up to the item's last row, and with fewer rows per head, or fewer key tiles
+    // per item, the 192-row items' share of such masked work outweighs what the third warpgroup gains. H100, bf16,
+    // causal, forms forced and interleaved (NOTES "s53 calls 1-2", "s54 calls 4 and 9"): against the
+    // two-warpgroup persistent form +2-2.5 % at 4096 packed rows and 16-32 key tiles, +1.7-6 % at 8192 and 16-64;
+    // 3-9 % slower at 4-8 key tiles (groups of 4 and 8 at S = 512-1k), 2.5-30 % below 4096 packed rows. Above 32
+    // key tiles the one-item wide form won by 1-3.6 % until the items' divisions became multiply-highs (c9a70ab);
+    // since, the persistent form wins there too: +2.8 % at S = 8k, +0.7-2 % at 16k.
+    const bool wide_causal = p.causal && p.packed_rows >= 4096 && key_tiles > 8;
     if ((!p.causal || wide_causal) && key_tiles > 0 && wide_waves_win(p, 125) &&
         launch_attention_fwd_sm90<typename Config::WidePersistent>(p, stream)) {
       return true;

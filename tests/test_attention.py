@@ -761,7 +761,7 @@ HOPPER_FORMS = [
     (64, 12, 4, 3072, 2048, True, ", 64, 128, 3, 3, true,"),    # groups of 3 divide its 192 rows
     (64, 16, 4, 3072, 1024, True, ", 64, 128, 2, 3, true,"),    # 8 key tiles: two warpgroups (s54 call 9)
     (64, 16, 16, 4096, 4096, True, ", 64, 128, 3, 3, true,"),   # 4096 rows, 32 key tiles: wide, persistent
-    (64, 16, 16, 4096, 4224, True, ", 64, 128, 3, 3, true,"),   # and at 33 key tiles (one item a block before c9a70ab)
+    (64, 16, 16, 4096, 4224, True, ", 64, 128, 3, 3, true,"),   # and at 33 key tiles (one item a block before a5a26d8)
     (64, 16, 16, 3072, 1024, False, ", 64, 128, 3, 3, true,"),  # no mask: the wide form, persistent
     (64, 16, 16, 3072, 4224, True, ", 64, 128, 3, 3, false,"),  # causal, 3072 rows, 33 key tiles: wide, one item a block
     (128, 16, 16, 1024, 1024, True, ", 128, 128, 2, 2, true,"),  # persistent, two Q buffers

@@ -743,16 +743,16 @@ def test_cuda_more_items_than_sms(dtype, d, hq, hk, causal):
 def test_cuda_head_dim_64_long_keys(dtype, b, hq, hk, sq, sk, causal):
     # more than 8 key tiles at head dim 64: on 132 SMs the Hopper kernel's wide form (three consumer warpgroups,
     # 192-row items; each head's last item partly rows past Sq, GQA rows packed) takes these without a mask
-    # (persistent: Q by bulk tensor copies), the causal ones above 16 key tiles (one item a block) and the causal
-    # 1100-key one, 4400 packed rows of 9 key tiles (persistent)
+    # (persistent: Q by bulk tensor copies), the causal ones of fewer than 4096 packed rows above 16 key tiles (one
+    # item a block) and the causal 1100-key one, 4400 packed rows of 9 key tiles (persistent)
     check_attention(*make_qkv(b, hq, hk, sq, sk, 64, dtype, "cuda"), causal=causal)
 
 
 # (head dim, query heads, kv heads, queries, keys, causal) -> the Hopper kernel's form, by the template arguments of
 # its traits in the kernel's name (head dim, key tile, consumer warpgroups, stages, persistent). 4 batches: enough
 # items that no call splits its keys, and for the wide form's waves to win on any SM count from 78 (H20) to 132
-# (H100 SXM, H200). Head dim 64, causal: the wide form persistent from 4096 packed rows (queries x group) up to 32
-# key tiles, two warpgroups persistent below that up to 16 key tiles.
+# (H100 SXM, H200). Head dim 64, causal: the wide form persistent from 4096 packed rows (queries x group) above 8
+# key tiles, else two warpgroups persistent up to 16 key tiles and the wide form one item a block above.
 HOPPER_FORMS = [
     (64, 16, 16, 3072, 1024, True, ", 64, 128, 2, 3, true,"),   # causal, 3072 rows: two warpgroups, persistent
     (64, 16, 4, 768, 1024, True, ", 64, 128, 2, 3, true,"),     # the same with groups of 4 (Q map of 5 dims)

@@ -102,7 +102,7 @@ struct AttentionFwdSm90Traits {
 // (H100, bf16: +9-17 % at S = 2k-16k, NOTES "s49 call 2"), at the cost of 192-row items (more padding and coarser
 // waves). Without a causal mask it runs persistent (its Q by bulk tensor copies), also at short key ranges
 // (+1-9 % over the other forms, S = 512-8k; causal short items lost up to 22 %, "s49 call 8"), and causal from
-// 4096 packed rows up to 32 key tiles (the launcher says why). Larger head dims:
+// 4096 packed rows above 8 key tiles (the launcher says why). Larger head dims:
 // two consumer warpgroups (128 query rows) share every K/V tile (one block per SM). 128-key tiles up to head dim
 // 128 (S and O take 64 + kHeadDim / 2 accumulator registers), 64-key tiles above it. Three stages where shared
 // memory allows. P V under the softmax (kPvUnderSoftmax) above head dim 128 only: without it head dim 256 ran

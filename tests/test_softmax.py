@@ -725,6 +725,58 @@ def test_forced_configs_cuda(config):
     assert child.returncode == 0 and "checked" in child.stdout, child.stderr[-3000:]
 
 
+
+RESIDENT_CHECK = """
+import os
+import torch
+import flash_attn_ext as fae
+import test_softmax as t
+from reference import softmax_ref, log_softmax_ref
+ops = ((fae.softmax, softmax_ref, torch.softmax), (fae.log_softmax, log_softmax_ref, torch.log_softmax))
+# items from a few KB (registers only) to 512 KB (registers, shared memory and L2), last chunks shorter, part-filled
+# pieces and L2 groups (1_000_008 elements: chunks of 250_048); a forced chunk count: the shapes it fits
+shapes = ((5, 4096), (7, 40_000), (3, 1_000_008), (2, 4_194_312), (128, 262_144))
+if "chunks" in os.environ["FAE_SOFTMAX_CONFIG"]:
+    shapes = shapes[:3]
+for dtype in (torch.bfloat16, torch.float16):
+    for shape in shapes:
+        x = t.make_input(shape, dtype, "cuda")
+        for op, ref, base in ops:
+            t.poison("cuda", x.numel() * x.element_size())
+            t.check_against_reference(op(x, -1), ref(x, -1), base(x, -1), dtype, op.__name__ + str(shape))
+    x = t.special_rows(40_000, dtype, "cuda")
+    for op, ref, base in ops:
+        t.assert_special_match(op(x, -1), base(x, -1), ref(x, -1), op.__name__ + " special values")
+print("checked")
+"""
+
+
+@pytest.mark.cuda
+@requires_cuda
+@pytest.mark.parametrize("config", ["kind=resident", "kind=resident,chunks=6"])
+def test_forced_resident_cuda(config):
+    # The resident kernel (16-bit softmax and log_softmax, rows * chunks <= SMs), forced on shapes "auto" gives
+    # other kernels too: every part of an item (registers, shared-memory pieces, the L2 part) with its tails,
+    # whole and split rows, special values.
+    if torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("the resident kernel needs sm_90")
+    child = run_in_fresh_python(RESIDENT_CHECK, timeout=None, FAE_SOFTMAX_CONFIG=config)
+    assert child.returncode == 0 and "checked" in child.stdout, child.stderr[-3000:]
+
+
+@pytest.mark.cuda
+@requires_cuda
+@pytest.mark.parametrize("config, code, message", [
+    ("kind=resident", "torch.randn(64, 4096, device='cuda')", "16-bit"),
+    ("kind=resident", "torch.randn(200, 4096, device='cuda', dtype=torch.bfloat16)", "more items than SMs"),
+    ("kind=resident,chunks=1", "torch.randn(2, 1_048_576, device='cuda', dtype=torch.bfloat16)",
+     "chunks of more than 512 KB")])
+def test_forced_resident_errors_cuda(config, code, message):
+    if torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("the resident kernel needs sm_90 (before it, the error names that)")
+    out = softmax_error_in_fresh_process(code, -1, "RuntimeError", FAE_SOFTMAX_CONFIG=config)
+    assert "raised:" in out and message in out, out
+
 CPU_ISA_CHECK = """
 import torch
 import flash_attn_ext as fae
@@ -763,7 +815,7 @@ def test_cpu_isa_variants(isa):
 @pytest.mark.cuda
 @requires_cuda
 @pytest.mark.parametrize("config, message", [
-    ("kind=bogus", "kind must be warp, block, split, stream, pipe or dual"),
+    ("kind=bogus", "kind must be warp, block, split, stream, pipe, dual or resident"),
     ("lanes=4", "names no kind"),
     ("kind=warp,lanes=abc", "lanes=abc is not a non-negative integer"),
     ("kind=warp,lanes=3,vpt=2", "lanes must be a power of two"),

@@ -145,6 +145,7 @@ struct RowsShape {
   size_t smem_reserved;  // shared memory the system reserves per resident block
   bool pipe;      // the pipelined kernel can run: aligned rows, sm_90+ code for this device
   bool dual;      // the dual-role kernel can run (the same conditions)
+  bool resident;  // the resident kernel can run: the same, for 16-bit types
 };
 
 // Pipelined kernel (softmax_pipelined.cuh): 16 KiB ring pieces, as many as the opt-in shared memory holds
@@ -255,6 +256,26 @@ template <typename T> int64_t dual_chunks(const RowsShape& s) {
   return whole_items && same_rounds && few_idle ? fewest : best;
 }
 
+// Resident kernel (softmax_resident.cuh): chunks of at most kResidentMaxItemBytes cut at multiples of 128 bytes.
+template <typename T> int64_t resident_chunk_elems(int64_t len, int64_t chunks) {
+  return round_up(ceil_div(len, chunks), 128 / static_cast<int64_t>(sizeof(T)));
+}
+// The chunk count "auto" takes the resident kernel with, or 0: 16-bit rows whose items, at the fewest chunks of
+// <= 512 KB, fill one wave of one block per SM to at least kResidentMinFill of the SMs, with items of more than
+// kResidentMinItemBytes. Why these bounds: the kernel was measured on such shapes only (bf16 128x262144: 128
+// items of 512 KB; 8x4194304: 128 items of 512 KB), where it beats the dual kernel by 2-3.5 us streamed (NOTES "s55
+// calls 1-5"); smaller tensors leave the dual kernel's two rounds of 128 KB items as good a pattern.
+constexpr int64_t kResidentMinItemBytes = 384 * 1024;
+constexpr double kResidentMinFill = 0.9;
+template <typename T> int64_t resident_chunks(const RowsShape& s) {
+  if (!s.resident) return 0;
+  const int64_t chunks = ceil_div(s.row_bytes, kResidentMaxItemBytes);
+  const int64_t items = s.rows * ceil_div(s.len, resident_chunk_elems<T>(s.len, chunks));
+  const int64_t item_bytes = resident_chunk_elems<T>(s.len, chunks) * static_cast<int64_t>(sizeof(T));
+  if (items > s.sms || items < kResidentMinFill * s.sms || item_bytes <= kResidentMinItemBytes) return 0;
+  return chunks;
+}
+
 // Streaming chunks: 4 block-steps (64 KiB of fp32), more for rows so long that a row would have over 1024
 // chunks (keeps the partial merges short).
 template <typename T> int stream_steps_per_chunk(int64_t len) {
@@ -341,6 +362,12 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
     if (p.output == SoftmaxOutput::LogSumExp) {
       plan.kind = RowsKind::Stream;
       plan.steps = stream_steps_per_chunk<T>(s.len);
+      return plan;
+    }
+    // 0. Resident (sm_90+, 16-bit, aligned): tensors that one wave of blocks holds whole (resident_chunks).
+    if (const int64_t chunks = resident_chunks<T>(s); chunks > 0) {
+      plan.kind = RowsKind::Resident;
+      plan.chunks = static_cast<int>(chunks);
       return plan;
     }
     const int ring_one = pipe_ring_pieces(s, 1);
@@ -662,6 +689,24 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
     return;
   }
 
+  if (plan.kind == RowsKind::Resident) {
+    if (!s.resident) fail("the resident kernel needs 16-bit, 16-byte aligned rows and sm_90 code for this device");
+    if (p.output == SoftmaxOutput::LogSumExp) fail("the resident kernel stores rows: softmax and log_softmax only");
+    if constexpr (sizeof(T) == 2) {
+      if (plan.chunks == 0) plan.chunks = static_cast<int>(ceil_div(s.row_bytes, kResidentMaxItemBytes));
+      if (plan.chunks < 1) fail("chunks must be >= 1");
+      PipeParams<T> pp{x, y, s.rows, s.len, 0, 0, 0, 0, p.output, {}};
+      pp.chunk_elems = resident_chunk_elems<T>(s.len, plan.chunks);
+      if (pp.chunk_elems * static_cast<int64_t>(sizeof(T)) > kResidentMaxItemBytes) fail("chunks of more than 512 KB");
+      pp.chunks = static_cast<int>(ceil_div(s.len, pp.chunk_elems));  // rounding may leave fewer chunks
+      if (s.rows * pp.chunks > s.sms) fail("more items than SMs (one resident block per SM holds each)");
+      if (resident_rows_blocks_per_sm<T>(pp) < 1) fail("the block cannot be resident");
+      const auto work = split_workspace<T>(pp, p.x, s.rows, pp.chunks, stream);
+      launch_resident_rows<T>(pp, stream);
+    }
+    return;
+  }
+
   // Streaming.
   if (plan.steps == 0) plan.steps = stream_steps_per_chunk<T>(s.len);
   if (plan.steps < 1) fail("steps must be >= 1");
@@ -710,9 +755,11 @@ template <typename T> void softmax_cuda_typed(const SoftmaxProblem& p, cudaStrea
               prop->sharedMemPerMultiprocessor,
               prop->reservedSharedMemPerBlock,
               false,
+              false,
               false};
   s.pipe = s.aligned && pipe_supported<T>();
   s.dual = s.aligned && dual_supported<T>();
+  if constexpr (sizeof(T) == 2) s.resident = s.aligned && resident_supported<T>();
   const RowsPlan* forced = forced_rows_plan();
   launch_plan<T>(p, s, forced != nullptr ? *forced : heuristic_plan<T>(p, s), stream);
 }

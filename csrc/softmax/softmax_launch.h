@@ -151,6 +151,14 @@ template <typename T> bool dual_supported();
 template <typename T> int dual_blocks_per_sm(size_t smem_bytes);
 template <typename T> void launch_dual_rows(const PipeParams<T>& p, int grid, cudaStream_t stream);
 
+// Resident kernel (softmax_resident.cuh, sm_90+, 16-bit types, softmax and log_softmax): one block of 512 threads
+// per item (row * chunks + chunk, chunk_elems of at most kResidentMaxItemBytes), every block resident at once
+// (grid = rows * chunks <= SMs, one per SM); cooperative when chunks > 1. piece_elems and ring_pieces unused.
+constexpr int64_t kResidentMaxItemBytes = 512 * 1024;
+template <typename T> bool resident_supported();
+template <typename T> int resident_rows_blocks_per_sm(const PipeParams<T>& p);
+template <typename T> void launch_resident_rows(const PipeParams<T>& p, cudaStream_t stream);
+
 template <typename T> void launch_stream_reduce(const StreamParams<T>& p, bool aligned, int grid,
                                                 cudaStream_t stream);
 template <typename T> void launch_stream_normalize(const StreamParams<T>& p, bool aligned, int grid,

@@ -47,7 +47,8 @@ RowsPlan parse_rows_plan(const std::string& text) {
       else if (value == "stream") plan.kind = RowsKind::Stream;
       else if (value == "pipe") plan.kind = RowsKind::Pipe;
       else if (value == "dual") plan.kind = RowsKind::Dual;
-      else TORCH_CHECK(false, kEnv, ": kind must be warp, block, split, stream, pipe or dual, got '", value, "'");
+      else if (value == "resident") plan.kind = RowsKind::Resident;
+      else TORCH_CHECK(false, kEnv, ": kind must be warp, block, split, stream, pipe, dual or resident, got '", value, "'");
     } else if (key == "lanes") {
       plan.lanes = parse_int(key, value);
     } else if (key == "vpt") {
@@ -69,7 +70,7 @@ RowsPlan parse_rows_plan(const std::string& text) {
                   "' (keys: kind, lanes, vpt, threads, smem, chunks, bpsm, steps, pieces)");
     }
   }
-  TORCH_CHECK(has_kind, kEnv, "='", text, "' names no kind (kind=warp|block|split|stream|pipe|dual)");
+  TORCH_CHECK(has_kind, kEnv, "='", text, "' names no kind (kind=warp|block|split|stream|pipe|dual|resident)");
   return plan;
 }
 
@@ -85,7 +86,7 @@ const RowsPlan* forced_rows_plan() {
 }
 
 std::string describe(const RowsPlan& p) {
-  static const char* kKinds[] = {"warp", "block", "split", "stream", "pipe", "dual"};
+  static const char* kKinds[] = {"warp", "block", "split", "stream", "pipe", "dual", "resident"};
   std::ostringstream s;
   s << "kind=" << kKinds[static_cast<int>(p.kind)] << ",lanes=" << p.lanes << ",vpt=" << p.vpt
     << ",threads=" << p.threads << ",smem=" << p.smem << ",chunks=" << p.chunks << ",bpsm=" << p.bpsm

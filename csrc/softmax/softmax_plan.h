@@ -11,8 +11,10 @@
 //   FAE_SOFTMAX_CONFIG="kind=stream,steps=8"
 //   FAE_SOFTMAX_CONFIG="kind=pipe,threads=512,chunks=6"
 //   FAE_SOFTMAX_CONFIG="kind=dual,chunks=16"
+//   FAE_SOFTMAX_CONFIG="kind=resident,chunks=16"
 // Keys (0 or absent = derived from the shape where a derivation is given):
-//   kind     warp | block | split | stream | pipe | dual (pipe, dual: sm_90+, aligned rows)
+//   kind     warp | block | split | stream | pipe | dual | resident (pipe, dual, resident: sm_90+, aligned rows;
+//            resident: 16-bit softmax and log_softmax, rows * chunks <= SMs)
 //   lanes    warp: lanes per row, power of two <= 32 (0: fewest that hold the row)
 //   vpt      warp: 16-byte vectors per lane (1, 2, 4, 8 where compiled); block/split: vectors per thread in
 //            registers (RowsTraits' small or large size); "small" / "large" name RowsTraits' sizes of the
@@ -23,7 +25,8 @@
 //            that hold the row with the given threads (0 when threads is absent), split 0
 //   chunks   split: blocks per row (0: fewest that hold the row); pipe: blocks per row at most (0: the
 //            heuristic's; chunks are cut to whole ring pieces or 128 bytes, which may leave fewer); dual:
-//            blocks per row at most (0: fewest with chunks of <= 128 KB; cut to 128 bytes)
+//            blocks per row at most (0: fewest with chunks of <= 128 KB; cut to 128 bytes); resident: blocks
+//            per row (0: the heuristic's; chunks of <= 512 KB cut to 128 bytes, which may leave fewer)
 //   bpsm     warp/block/split: persistent grid of at most bpsm blocks per SM (0: one item per block; split:
 //            as many as are resident); pipe: blocks sharing an SM, each with 1 / bpsm of its ring (0: 1)
 //   steps    stream: 256-thread block-steps per chunk (0: the heuristic's)
@@ -34,7 +37,7 @@
 namespace flash_attn_ext {
 namespace softmax {
 
-enum class RowsKind { Warp, Block, Split, Stream, Pipe, Dual };
+enum class RowsKind { Warp, Block, Split, Stream, Pipe, Dual, Resident };
 
 constexpr int kVptSmall = -1;  // RowsPlan::vpt placeholders for RowsTraits' sizes of the call's dtype
 constexpr int kVptLarge = -2;

@@ -1,0 +1,54 @@
+// Launcher of the resident row kernel (softmax_resident.cuh), instantiated for the 16-bit types, softmax and
+// log_softmax.
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+
+#include "common/cuda_check.h"
+#include "common/kernel_launch.h"
+#include "softmax/softmax_resident.cuh"
+
+namespace flash_attn_ext {
+namespace softmax {
+
+// As the dual kernel: the body exists only in sm_90+ code.
+template <typename T> bool resident_supported() {
+  return kernel_code_version(resident::library_kernel<T, true>) >= 90 &&
+         kernel_code_version(resident::library_kernel<T, false>) >= 90;
+}
+
+// The pieces of the item's shared-memory part (the longest item: chunk_elems).
+template <typename T> size_t resident_smem_bytes(const PipeParams<T>& p) {
+  const int64_t smem_vecs = std::min<int64_t>(
+      std::max<int64_t>(p.chunk_elems / 8 - int64_t(resident::kRegVecs) * resident::kThreads, 0),
+      int64_t(resident::kMaxPieces) * resident::kPieceVecs);
+  const int64_t pieces = (smem_vecs + resident::kPieceVecs - 1) / resident::kPieceVecs;
+  return static_cast<size_t>(pieces * resident::kPieceBytes);
+}
+
+template <typename T> int resident_rows_blocks_per_sm(const PipeParams<T>& p) {
+  const size_t smem = resident_smem_bytes(p);
+  return std::min(resident_blocks_per_sm(resident::library_kernel<T, true>, resident::kThreads, smem),
+                  resident_blocks_per_sm(resident::library_kernel<T, false>, resident::kThreads, smem));
+}
+
+template <typename T> void launch_resident_rows(const PipeParams<T>& p, cudaStream_t stream) {
+  TORCH_CHECK(p.output != SoftmaxOutput::LogSumExp, "the resident kernel stores rows: softmax or log_softmax only");
+  auto kernel =
+      p.output == SoftmaxOutput::Softmax ? resident::library_kernel<T, true> : resident::library_kernel<T, false>;
+  const size_t smem = resident_smem_bytes(p);
+  allow_dynamic_smem(kernel, smem);
+  launch_kernel(kernel, static_cast<int>(p.rows * p.chunks), resident::kThreads, smem, stream,
+                LaunchKind::Cooperative, p);
+}
+
+#define FAE_INSTANTIATE_RESIDENT(T)                          \
+  template bool resident_supported<T>();                     \
+  template int resident_rows_blocks_per_sm<T>(const PipeParams<T>&); \
+  template void launch_resident_rows<T>(const PipeParams<T>&, cudaStream_t);
+FAE_INSTANTIATE_RESIDENT(__half)
+FAE_INSTANTIATE_RESIDENT(__nv_bfloat16)
+#undef FAE_INSTANTIATE_RESIDENT
+
+}  // namespace softmax
+}  // namespace flash_attn_ext

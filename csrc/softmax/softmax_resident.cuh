@@ -1,0 +1,300 @@
+#pragma once
+// Resident row kernel (sm_90+, 16-bit types) for tensors that fit on chip and in a slice of L2: one block per SM
+// holds one item (row * chunks + chunk, at most kResidentMaxItemBytes) from its first read to its store, in
+// registers (kRegVecs vectors a thread), in shared memory (bulk-copied 16 KB pieces) and, for what is left, in L2
+// (read under an evict-last policy, folded, read again for the store). Phase A reads and folds the whole item,
+// the row's (m, d) is exchanged once (reduce_row_state), phase B stores it all. Why: the dual kernel
+// (softmax_dual.cuh) must hold about half the input on chip and write it late, and streamed its bf16 split rows
+// ran 53-54 us against the 85 % line of 52.6; here every SM reads, then writes, and the whole call has one
+// exchange per row. H100, bf16, streamed / cold, against the dual kernel in the same run (probe, NOTES "s55 calls
+// 1-5"): 128x262144 (one row per block) 49.5-49.7 / 48.4-48.5 us against 53.2-53.3 / 50.2-50.4, 8x4194304 (16
+// blocks per row) 51.8 / 50.4-50.5 against 54.2-54.5 / 51.3-51.4; a copy of the same bytes 46.2-46.4 streamed.
+// Each element is read from DRAM once and written once.
+#include "softmax/softmax_dual.cuh"
+
+namespace flash_attn_ext {
+namespace softmax {
+namespace resident {
+
+constexpr int kThreads = 512;
+constexpr int kRegVecs = 20;  // registers: 160 KB a block (24 spilled and ran no faster; 16 ran 2 us slower)
+constexpr int kPieceBytes = 16 * 1024;
+constexpr int kPieceVecs = kPieceBytes / 16;
+constexpr int kMaxPieces = 14;  // shared memory: 224 KB a block
+constexpr int kL2Group = 2;     // L2-part vectors a thread folds at once
+constexpr int kL2Depth = 2;     // and the groups it keeps in flight (3 or 4 spilled or ran slower)
+constexpr int kStoreDepth = 4;  // L2-part vectors in flight in the store pass
+static_assert(int64_t(kThreads) * kRegVecs * 16 + int64_t(kMaxPieces) * kPieceBytes + 128 * 1024 ==
+                  kResidentMaxItemBytes,
+              "the host's item bound: registers + shared memory + at most 128 KB through L2");
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+// L2 eviction priorities for the loads: the L2 part's first read must survive until phase B reads it again,
+// everything else is read once.
+__device__ __forceinline__ uint64_t l2_policy_evict_last() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
+}
+__device__ __forceinline__ uint64_t l2_policy_evict_first() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
+}
+__device__ __forceinline__ uint4 load16_policy(const uint4* p, uint64_t policy) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p), "l"(policy));
+  return v;
+}
+// One bulk copy of `bytes` (a multiple of 16) from global into shared memory, completing on `bar`.
+__device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar, uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;\n" ::"r"(
+          smem_addr(dst)),
+      "l"(src), "r"(bytes), "r"(smem_addr(bar)), "l"(policy)
+      : "memory");
+}
+
+// The packed max of N 16-bit vectors (HMNMX2; NaN ignored, as the sum that follows carries it), as a tree: each
+// vector's four words first, so the chain that the sum waits for is N + 2 deep rather than 4 N.
+template <typename T, int N> __device__ __forceinline__ float packed_max_of(const uint4 (&raw)[N]) {
+  using Pair = std::conditional_t<std::is_same_v<T, __half>, __half2, __nv_bfloat162>;
+  const auto vector_max = [](const uint4& r) {
+    return __hmax2(__hmax2(bit_cast<Pair>(r.x), bit_cast<Pair>(r.y)), __hmax2(bit_cast<Pair>(r.z), bit_cast<Pair>(r.w)));
+  };
+  Pair mx = vector_max(raw[0]);
+#pragma unroll
+  for (int s = 1; s < N; ++s) mx = __hmax2(mx, vector_max(raw[s]));
+  return fmaxf(__low2float(mx), __high2float(mx));
+}
+
+// The sum of e(x) over N vectors.
+template <typename T, int N> __device__ __forceinline__ float sum_of_terms(const uint4 (&raw)[N], const FusedExp2& e) {
+  float sum[2] = {0.f, 0.f};
+#pragma unroll
+  for (int s = 0; s < N; ++s) {
+    float w[8];
+    VecIO<T>::unpack(raw[s], w);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) sum[j & 1] += e(w[j]);
+  }
+  return sum[0] + sum[1];
+}
+
+// st folded with N vectors: their packed max, the carried sum rescaled only when the max rises (one exp2, rarely
+// taken after a row's first vectors), their terms (FusedExp2). An infinite or NaN group max needs no case of its
+// own: from -inf the carried sum is 0 either way, a rise to +inf leaves the terms infinite (the epilogue's NaN), and
+// a NaN max compares false while its terms carry the NaN.
+template <typename T, int N> __device__ __forceinline__ void fold_vectors(OnlineState<float>& st, const uint4 (&raw)[N]) {
+  const float m = packed_max_of<T>(raw);
+  if (m > st.m) {
+    st.d *= fast_exp2((st.m - m) * 1.4426950408889634f);
+    st.m = m;
+  }
+  const FusedExp2 e = FusedExp2::at<T>(st.m);
+  st.d = fmaf(sum_of_terms<T>(raw, e), e.correction, st.d);
+}
+
+// online_math.cuh's merge with its exponential as one MUFU instruction (ex2.approx: ~2^-22 relative, far under a
+// 16-bit output's rounding). Why: the block's reduction and the row's merge sit between the last fold and the first
+// store, with DRAM idle; the accurate expf made them several hundred cycles longer.
+__device__ __forceinline__ OnlineState<float> fast_merge(OnlineState<float> a, OnlineState<float> b) {
+  const bool a_big = a.m >= b.m;
+  const float m = a_big ? a.m : b.m;
+  const float small_m = a_big ? b.m : a.m;
+  const float big_d = a_big ? a.d : b.d;
+  const float small_d = a_big ? b.d : a.d;
+  return {m, small_d * (small_m == m ? 1.f : fast_exp2((small_m - m) * 1.4426950408889634f)) + big_d};
+}
+struct FastMergeOp {
+  __device__ __forceinline__ OnlineState<float> operator()(OnlineState<float> a, OnlineState<float> b) const {
+    return fast_merge(a, b);
+  }
+};
+
+// The (m, d) of the item over the block and, for split rows (chunks > 1), of its row: reduce_row_state's exchange
+// (split_exchange.cuh: the tagged partial published, the row's partials polled) with fast_merge and one polling
+// warp, lane c merging chunks c, c + 32, ... (chunks <= SMs). Every block of a row merges the same partials in the
+// same order, so they all normalize with bitwise-identical statistics. scratch: kRowScratch states.
+__device__ __forceinline__ OnlineState<float> reduce_item_state(const RowExchange& ex, int chunks, int64_t row,
+                                                                int64_t item, OnlineState<float> v,
+                                                                OnlineState<float>* scratch) {
+  constexpr int kWarps = kThreads / 32;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  v = warp_allreduce(v, FastMergeOp{});
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  if (warp == kWarps - 1) {
+    v = warp_allreduce(lane < kWarps ? scratch[lane] : empty_state<float>(), FastMergeOp{});
+    if (chunks > 1) {
+      if (lane == 0) {
+        store_relaxed_pair(ex.partials + 2 * item, uint64_t(ex.tag) << 32 | __float_as_uint(v.m),
+                           uint64_t(~ex.tag) << 32 | __float_as_uint(v.d));
+      }
+      OnlineState<float> acc = empty_state<float>();
+#pragma unroll 1
+      for (int c = lane; c < chunks; c += 32) {
+        uint64_t m_word, d_word;
+        load_relaxed_pair(ex.partials + 2 * (row * chunks + c), m_word, d_word);
+        while (static_cast<uint32_t>(m_word >> 32) != ex.tag || static_cast<uint32_t>(d_word >> 32) != ~ex.tag) {
+          __nanosleep(20);
+          load_relaxed_pair(ex.partials + 2 * (row * chunks + c), m_word, d_word);
+        }
+        acc = fast_merge(acc, {__uint_as_float(static_cast<uint32_t>(m_word)), __uint_as_float(static_cast<uint32_t>(d_word))});
+      }
+      v = warp_allreduce(acc, FastMergeOp{});
+    }
+    if (lane == 0) scratch[32] = v;
+  }
+  __syncthreads();
+  return scratch[32];
+}
+
+#endif
+
+// Shape: grid = rows * p.chunks items (at most one block per SM, all resident: a cooperative launch when
+// p.chunks > 1), block b = item b, kThreads threads, dynamic shared memory: the item's pieces (kMaxPieces at most).
+// Item of nvec vectors: [0, R) registers (thread t: vectors s * kThreads + t), [R, R + S) shared memory (piece k:
+// vectors R + k * kPieceVecs, ...), [R + S, nvec) L2 (thread t: vectors R + S + i * kThreads + t).
+// Phase A order, each part folded as it lands: the register loads are issued first (they arrive first), then the
+// bulk copies; the L2 part's loads go out after the register fold, kL2Depth groups ahead, and before each L2 group
+// the next shared-memory pieces are folded. Why: folded after the L2 part, the pieces had all landed and their
+// exponentials ran with DRAM idle (bf16 128x262144 53.0 -> 50.9 us streamed, NOTES "s55 call 3").
+// Phase B order: the L2 part first (before the other stores evict it: 53.2 against 58.0-60.2 us with it second or
+// last, "s55 call 1"), its first vectors loaded before the row exchange; then registers, then shared memory.
+template <typename T, bool kSoftmax>
+__global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(const PipeParams<T> p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  static_assert(sizeof(T) == 2, "16-bit vectors of 8 elements");
+  extern __shared__ __align__(128) uint4 held[];
+  __shared__ uint64_t bars[kMaxPieces];
+  __shared__ OnlineState<float> scratch[kRowScratch];
+  const int t = threadIdx.x;
+  const int64_t item = blockIdx.x;
+  const RowChunk span(item, p.chunks, p.chunk_elems, p.len);
+  const int nvec = static_cast<int>(span.end - span.begin) / 8;
+  const int reg_vecs = min(nvec, kRegVecs * kThreads);
+  const int smem_vecs = min(nvec - reg_vecs, kMaxPieces * kPieceVecs);
+  const int pieces = (smem_vecs + kPieceVecs - 1) / kPieceVecs;
+  const int l2_vecs = nvec - reg_vecs - smem_vecs;
+  const int l2_groups = (l2_vecs + kThreads * kL2Group - 1) / (kThreads * kL2Group);
+  if (t == 0) {
+    for (int k = 0; k < pieces; ++k) mbarrier_init(bars + k, 1);
+    mbarrier_init_fence();
+  }
+  __syncthreads();
+  begin_dependent_grid();
+  const uint64_t evict_first = l2_policy_evict_first(), evict_last = l2_policy_evict_last();
+  const uint4* xr = reinterpret_cast<const uint4*>(p.x + span.row * p.len + span.begin);
+  const uint4* xs = xr + reg_vecs;
+  const uint4* xl = xs + smem_vecs;
+
+  uint4 raw[kRegVecs];
+#pragma unroll
+  for (int s = 0; s < kRegVecs; ++s) {
+    const int v = s * kThreads + t;
+    raw[s] = v < reg_vecs ? load16_policy(xr + v, evict_first) : dual::neg_inf_vector<T>();
+  }
+  if (t == 0) {
+    for (int k = 0; k < pieces; ++k) {
+      const int bytes = min(kPieceVecs, smem_vecs - k * kPieceVecs) * 16;
+      mbarrier_arrive_expect_tx(bars + k, bytes);
+      bulk_load(held + k * kPieceVecs, xs + k * kPieceVecs, bytes, bars + k, evict_first);
+    }
+  }
+
+  OnlineState<float> st;
+  {
+    const float m = packed_max_of<T>(raw);
+    const FusedExp2 e = FusedExp2::at<T>(m);
+    st = {m, sum_of_terms<T>(raw, e) * e.correction};
+  }
+  uint4 group[kL2Depth][kL2Group];
+  const auto load_group = [&](uint4 (&g)[kL2Group], int index) {
+#pragma unroll
+    for (int i = 0; i < kL2Group; ++i) {
+      const int v = (index * kL2Group + i) * kThreads + t;
+      g[i] = v < l2_vecs ? load16_policy(xl + v, evict_last) : dual::neg_inf_vector<T>();
+    }
+  };
+  const auto fold_piece = [&](int k) {
+    mbarrier_wait(bars + k, 0);
+    uint4 v[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int idx = k * kPieceVecs + i * kThreads + t;
+      v[i] = idx < smem_vecs ? held[idx] : dual::neg_inf_vector<T>();
+    }
+    fold_vectors<T>(st, v);
+  };
+#pragma unroll
+  for (int d = 0; d < kL2Depth; ++d) {
+    if (d < l2_groups) load_group(group[d], d);
+  }
+  int piece = 0;
+  const int pieces_per_group = l2_groups > 0 ? (pieces + l2_groups - 1) / l2_groups : 0;
+#pragma unroll 1
+  for (int g = 0; g < l2_groups; g += kL2Depth) {
+#pragma unroll
+    for (int d = 0; d < kL2Depth; ++d) {
+      if (g + d < l2_groups) {
+#pragma unroll 1
+        for (int k = 0; k < pieces_per_group && piece < pieces; ++k) fold_piece(piece++);
+        fold_vectors<T>(st, group[d]);
+        if (g + d + kL2Depth < l2_groups) load_group(group[d], g + d + kL2Depth);
+      }
+    }
+  }
+#pragma unroll 1
+  while (piece < pieces) fold_piece(piece++);
+
+  uint4 next[kStoreDepth];  // the store pass's first L2 vectors, in flight through the exchange
+#pragma unroll
+  for (int i = 0; i < kStoreDepth; ++i) {
+    const int v = i * kThreads + t;
+    if (v < l2_vecs) next[i] = load16_policy(xl + v, evict_first);
+  }
+  const OnlineState<float> row_state = reduce_item_state(p.exchange, p.chunks, span.row, item, st, scratch);
+  const Epilogue<float> epi(p.output, row_state, row_state.m);
+  const auto term = pipe::output_term<T, kSoftmax>(epi, row_state.m);
+  const auto out = [&](uint4 r) {
+    float w[8];
+    VecIO<T>::unpack(r, w);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) w[j] = term(w[j]);
+    return VecIO<T>::pack(w);
+  };
+  uint4* y = reinterpret_cast<uint4*>(p.y + span.row * p.len + span.begin);
+  uint4* yl = y + reg_vecs + smem_vecs;
+  const int l2_rounds = (l2_vecs + kThreads - 1) / kThreads;
+#pragma unroll 1
+  for (int r = 0; r < l2_rounds; r += kStoreDepth) {
+#pragma unroll
+    for (int i = 0; i < kStoreDepth; ++i) {
+      const int v = (r + i) * kThreads + t;
+      if (v < l2_vecs) {
+        const uint4 o = out(next[i]);
+        const int ahead = v + kStoreDepth * kThreads;
+        if (ahead < l2_vecs) next[i] = load16_policy(xl + ahead, evict_first);
+        store16_streaming(yl + v, o);
+      }
+    }
+  }
+#pragma unroll
+  for (int s = 0; s < kRegVecs; ++s) {
+    const int v = s * kThreads + t;
+    if (v < reg_vecs) store16_streaming(y + v, out(dual::opaque(raw[s])));
+  }
+#pragma unroll 2
+  for (int v = t; v < smem_vecs; v += kThreads) store16_streaming(y + reg_vecs + v, out(held[v]));
+#endif
+}
+
+// The instantiation the library launches for an output (Softmax or LogSoftmax; logsumexp never comes here).
+template <typename T, bool kSoftmax> constexpr auto library_kernel = softmax_resident_rows_kernel<T, kSoftmax>;
+
+}  // namespace resident
+}  // namespace softmax
+}  // namespace flash_attn_ext

@@ -262,9 +262,9 @@ template <typename T> int64_t resident_chunk_elems(int64_t len, int64_t chunks) 
 }
 // The chunk count "auto" takes the resident kernel with, or 0: 16-bit rows whose items, at the fewest chunks of
 // <= 512 KB, fill one wave of one block per SM to at least kResidentMinFill of the SMs, with items of more than
-// kResidentMinItemBytes. Why these bounds: the kernel was measured on such shapes only (bf16 128x262144: 128
-// items of 512 KB; 8x4194304: 128 items of 512 KB), where it beats the dual kernel by 2-3.5 us streamed (NOTES "s55
-// calls 1-5"); smaller tensors leave the dual kernel's two rounds of 128 KB items as good a pattern.
+// kResidentMinItemBytes. Why these bounds: the kernel was measured on such shapes only, where it beat the dual
+// kernel by 1-3.9 us streamed and by -0.3 to 1.9 us cold (H100 through the op, bf16 and fp16 128x262144, 8x4194304,
+// 64x524288, 4x8388608, 120x262144; NOTES "s55 calls 6-9"); smaller tensors keep the kernels measured there.
 constexpr int64_t kResidentMinItemBytes = 384 * 1024;
 constexpr double kResidentMinFill = 0.9;
 template <typename T> int64_t resident_chunks(const RowsShape& s) {

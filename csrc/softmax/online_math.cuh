@@ -47,15 +47,22 @@ __device__ __forceinline__ double log_of(double v) { return log(v); }
 
 template <typename A> __device__ __forceinline__ A rescale(A a, A m) { return a == m ? A(1) : exp_of(a - m); }
 
-// One exponential per merge: the side holding the larger max is rescaled by exactly 1.
-template <typename A>
+// One exponential per merge: the side holding the larger max is rescaled by exactly 1. kFastExp2 (float): that
+// exponential as one ex2.approx (~2^-22 relative), where the merge lies on a path that waits for it and the result
+// is rounded to 16 bits (the resident kernel's reduction, softmax_resident.cuh).
+template <typename A, bool kFastExp2 = false>
 __device__ __forceinline__ OnlineState<A> merge(OnlineState<A> a, OnlineState<A> b) {
+  static_assert(!kFastExp2 || std::is_same_v<A, float>, "ex2.approx is float");
   const bool a_big = a.m >= b.m;
   const A m = a_big ? a.m : b.m;
   const A small_m = a_big ? b.m : a.m;
   const A big_d = a_big ? a.d : b.d;
   const A small_d = a_big ? b.d : a.d;
-  return {m, small_d * rescale(small_m, m) + big_d};
+  if constexpr (kFastExp2) {
+    return {m, small_d * (small_m == m ? 1.f : fast_exp2((small_m - m) * 1.4426950408889634f)) + big_d};
+  } else {
+    return {m, small_d * rescale(small_m, m) + big_d};
+  }
 }
 
 // --- finalize rules (torch parity) -----------------------------------------------------------------------

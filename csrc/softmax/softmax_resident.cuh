@@ -99,25 +99,17 @@ template <typename T, int N> __device__ __forceinline__ void fold_vectors(Online
   st.d = fmaf(sum_of_terms<T>(raw, e), e.correction, st.d);
 }
 
-// online_math.cuh's merge with its exponential as one MUFU instruction (ex2.approx: ~2^-22 relative, far under a
-// 16-bit output's rounding). Why: the block's reduction and the row's merge sit between the last fold and the first
-// store, with DRAM idle; the accurate expf made them several hundred cycles longer.
-__device__ __forceinline__ OnlineState<float> fast_merge(OnlineState<float> a, OnlineState<float> b) {
-  const bool a_big = a.m >= b.m;
-  const float m = a_big ? a.m : b.m;
-  const float small_m = a_big ? b.m : a.m;
-  const float big_d = a_big ? a.d : b.d;
-  const float small_d = a_big ? b.d : a.d;
-  return {m, small_d * (small_m == m ? 1.f : fast_exp2((small_m - m) * 1.4426950408889634f)) + big_d};
-}
+// online_math.cuh's merge with its exponential as one MUFU instruction. Why: the block's reduction and the row's
+// merge sit between the last fold and the first store, with DRAM idle; the accurate expf made them several hundred
+// cycles longer (NOTES "s55 call 9").
 struct FastMergeOp {
   __device__ __forceinline__ OnlineState<float> operator()(OnlineState<float> a, OnlineState<float> b) const {
-    return fast_merge(a, b);
+    return merge<float, true>(a, b);
   }
 };
 
 // The (m, d) of the item over the block and, for split rows (chunks > 1), of its row: reduce_row_state's exchange
-// (split_exchange.cuh: the tagged partial published, the row's partials polled) with fast_merge and one polling
+// (split_exchange.cuh: the tagged partial published, the row's partials polled) with FastMergeOp and one polling
 // warp, lane c merging chunks c, c + 32, ... (chunks <= SMs). Every block of a row merges the same partials in the
 // same order, so they all normalize with bitwise-identical statistics. scratch: kRowScratch states.
 __device__ __forceinline__ OnlineState<float> reduce_item_state(const RowExchange& ex, int chunks, int64_t row,
@@ -144,7 +136,7 @@ __device__ __forceinline__ OnlineState<float> reduce_item_state(const RowExchang
           __nanosleep(20);
           load_relaxed_pair(ex.partials + 2 * (row * chunks + c), m_word, d_word);
         }
-        acc = fast_merge(acc, {__uint_as_float(static_cast<uint32_t>(m_word)), __uint_as_float(static_cast<uint32_t>(d_word))});
+        acc = merge<float, true>(acc, {__uint_as_float(static_cast<uint32_t>(m_word)), __uint_as_float(static_cast<uint32_t>(d_word))});
       }
       v = warp_allreduce(acc, FastMergeOp{});
     }

@@ -527,11 +527,13 @@ def test_torch_compile_with_grad_raises_only_in_backward(device):
 @pytest.mark.parametrize("shape, dim, dtype", [((64, 1000), -1, torch.float32), ((2, 1_000_003), -1, torch.float32),
                                                ((4097, 7), 0, torch.float32), ((16, 262_144), -1, torch.float32),
                                                ((16, 262_144), -1, torch.bfloat16),
-                                               ((1024, 32768), -1, torch.bfloat16)])
+                                               ((1024, 32768), -1, torch.bfloat16),
+                                               ((8, 4_194_304), -1, torch.bfloat16)])
 def test_cuda_graph_capture_replay(shape, dim, dtype):
     # Replayed twice on fresh inputs: a split-row launch's exchange workspace must be ready again for the
     # second replay (the captured kernel cannot take a new tag; split_exchange.cuh). 1024 bf16 rows of 64 KB:
     # on the H100's 132 SMs softmax runs them as a pipelined head and tail (GridOrder), two captured kernels.
+    # bf16 8 x 4M: the resident kernel (sm_90), 16 blocks per row.
     static_x = make_input(shape, dtype, "cuda")
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
@@ -638,13 +640,14 @@ def test_chained_calls_wait_for_the_previous_kernel_cuda(algorithm, shape, dim):
 
 @pytest.mark.cuda
 @requires_cuda
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
-def test_chained_split_rows_in_graph_cuda(dtype):
+@pytest.mark.parametrize("dtype, shape", [(torch.float32, (16, 262_144)), (torch.bfloat16, (16, 262_144)),
+                                          (torch.float64, (16, 262_144)), (torch.bfloat16, (8, 4_194_304))])
+def test_chained_split_rows_in_graph_cuda(dtype, shape):
     # Split-row calls captured back to back, each consuming the previous call's output, replayed on new inputs.
     # Under capture each call zeroes its exchange workspace by a small kernel, and on sm_90 both it and the
     # cooperative launch start early (kernel_launch.h): a split kernel that read the workspace before the zeroing
     # ended, or the input before the previous call wrote it, fails here; the workspaces of the calls alias.
-    shape = (16, 262_144)
+    # bf16 8 x 4M runs on the resident kernel (sm_90).
     static_x = make_input(shape, dtype, "cuda")
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())

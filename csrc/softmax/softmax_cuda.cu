@@ -268,7 +268,8 @@ template <typename T> int64_t resident_chunk_elems(int64_t len, int64_t chunks) 
 constexpr int64_t kResidentMinItemBytes = 384 * 1024;
 constexpr double kResidentMinFill = 0.9;
 template <typename T> int64_t resident_chunks(const RowsShape& s) {
-  if (!s.resident) return 0;
+  // (and a device whose opt-in shared memory holds the longest item's pieces next to the static arrays)
+  if (!s.resident || s.smem_optin < kResidentMaxSmemBytes + 1024) return 0;
   const int64_t chunks = ceil_div(s.row_bytes, kResidentMaxItemBytes);
   const int64_t items = s.rows * ceil_div(s.len, resident_chunk_elems<T>(s.len, chunks));
   const int64_t item_bytes = resident_chunk_elems<T>(s.len, chunks) * static_cast<int64_t>(sizeof(T));

@@ -155,6 +155,7 @@ template <typename T> void launch_dual_rows(const PipeParams<T>& p, int grid, cu
 // per item (row * chunks + chunk, chunk_elems of at most kResidentMaxItemBytes), every block resident at once
 // (grid = rows * chunks <= SMs, one per SM); cooperative when chunks > 1. piece_elems and ring_pieces unused.
 constexpr int64_t kResidentMaxItemBytes = 512 * 1024;
+constexpr size_t kResidentMaxSmemBytes = 224 * 1024;  // the longest item's shared-memory part
 template <typename T> bool resident_supported();
 template <typename T> int resident_rows_blocks_per_sm(const PipeParams<T>& p);
 template <typename T> void launch_resident_rows(const PipeParams<T>& p, cudaStream_t stream);

@@ -29,6 +29,7 @@ constexpr int kStoreDepth = 4;  // L2-part vectors in flight in the store pass
 static_assert(int64_t(kThreads) * kRegVecs * 16 + int64_t(kMaxPieces) * kPieceBytes + 128 * 1024 ==
                   kResidentMaxItemBytes,
               "the host's item bound: registers + shared memory + at most 128 KB through L2");
+static_assert(size_t(kMaxPieces) * kPieceBytes == kResidentMaxSmemBytes, "the host's shared-memory bound");
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 // L2 eviction priorities for the loads: the L2 part's first read must survive until phase B reads it again,

@@ -54,9 +54,8 @@ __device__ __forceinline__ uint4 load16_policy(const uint4* p, uint64_t policy) 
 // One bulk copy of `bytes` (a multiple of 16) from global into shared memory, completing on `bar`.
 __device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar, uint64_t policy) {
   asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;\n" ::"r"(
-          smem_addr(dst)),
-      "l"(src), "r"(bytes), "r"(smem_addr(bar)), "l"(policy)
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;\n"
+      ::"r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(smem_addr(bar)), "l"(policy)
       : "memory");
 }
 
@@ -65,7 +64,8 @@ __device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t b
 template <typename T, int N> __device__ __forceinline__ float packed_max_of(const uint4 (&raw)[N]) {
   using Pair = std::conditional_t<std::is_same_v<T, __half>, __half2, __nv_bfloat162>;
   const auto vector_max = [](const uint4& r) {
-    return __hmax2(__hmax2(bit_cast<Pair>(r.x), bit_cast<Pair>(r.y)), __hmax2(bit_cast<Pair>(r.z), bit_cast<Pair>(r.w)));
+    return __hmax2(__hmax2(bit_cast<Pair>(r.x), bit_cast<Pair>(r.y)),
+                   __hmax2(bit_cast<Pair>(r.z), bit_cast<Pair>(r.w)));
   };
   Pair mx = vector_max(raw[0]);
 #pragma unroll
@@ -90,7 +90,8 @@ template <typename T, int N> __device__ __forceinline__ float sum_of_terms(const
 // taken after a row's first vectors), their terms (FusedExp2). An infinite or NaN group max needs no case of its
 // own: from -inf the carried sum is 0 either way, a rise to +inf leaves the terms infinite (the epilogue's NaN), and
 // a NaN max compares false while its terms carry the NaN.
-template <typename T, int N> __device__ __forceinline__ void fold_vectors(OnlineState<float>& st, const uint4 (&raw)[N]) {
+template <typename T, int N>
+__device__ __forceinline__ void fold_vectors(OnlineState<float>& st, const uint4 (&raw)[N]) {
   const float m = packed_max_of<T>(raw);
   if (m > st.m) {
     st.d *= fast_exp2((st.m - m) * 1.4426950408889634f);
@@ -137,7 +138,9 @@ __device__ __forceinline__ OnlineState<float> reduce_item_state(const RowExchang
           __nanosleep(20);
           load_relaxed_pair(ex.partials + 2 * (row * chunks + c), m_word, d_word);
         }
-        acc = merge<float, true>(acc, {__uint_as_float(static_cast<uint32_t>(m_word)), __uint_as_float(static_cast<uint32_t>(d_word))});
+        const OnlineState<float> partial{__uint_as_float(static_cast<uint32_t>(m_word)),
+                                         __uint_as_float(static_cast<uint32_t>(d_word))};
+        acc = merge<float, true>(acc, partial);
       }
       v = warp_allreduce(acc, FastMergeOp{});
     }

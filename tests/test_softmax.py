@@ -728,7 +728,6 @@ def test_forced_configs_cuda(config):
     assert child.returncode == 0 and "checked" in child.stdout, child.stderr[-3000:]
 
 
-
 RESIDENT_CHECK = """
 import os
 import torch

@@ -48,7 +48,8 @@ RowsPlan parse_rows_plan(const std::string& text) {
       else if (value == "pipe") plan.kind = RowsKind::Pipe;
       else if (value == "dual") plan.kind = RowsKind::Dual;
       else if (value == "resident") plan.kind = RowsKind::Resident;
-      else TORCH_CHECK(false, kEnv, ": kind must be warp, block, split, stream, pipe, dual or resident, got '", value, "'");
+      else TORCH_CHECK(false, kEnv, ": kind must be warp, block, split, stream, pipe, dual or resident, got '", value,
+                       "'");
     } else if (key == "lanes") {
       plan.lanes = parse_int(key, value);
     } else if (key == "vpt") {

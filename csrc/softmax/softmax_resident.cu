@@ -13,8 +13,10 @@ namespace softmax {
 
 // As the dual kernel: the body exists only in sm_90+ code.
 template <typename T> bool resident_supported() {
-  return kernel_code_version(resident::library_kernel<T, true>) >= 90 &&
-         kernel_code_version(resident::library_kernel<T, false>) >= 90;
+  return kernel_code_version(resident::library_kernel<T, true, false>) >= 90 &&
+         kernel_code_version(resident::library_kernel<T, false, false>) >= 90 &&
+         kernel_code_version(resident::library_kernel<T, true, true>) >= 90 &&
+         kernel_code_version(resident::library_kernel<T, false, true>) >= 90;
 }
 
 // The pieces of the item's shared-memory part (the longest item: chunk_elems).
@@ -28,14 +30,17 @@ template <typename T> size_t resident_smem_bytes(const PipeParams<T>& p) {
 
 template <typename T> int resident_rows_blocks_per_sm(const PipeParams<T>& p) {
   const size_t smem = resident_smem_bytes(p);
-  return std::min(resident_blocks_per_sm(resident::library_kernel<T, true>, resident::kThreads, smem),
-                  resident_blocks_per_sm(resident::library_kernel<T, false>, resident::kThreads, smem));
+  return std::min(resident_blocks_per_sm(resident::library_kernel<T, true, false>, resident::kThreads, smem),
+                  resident_blocks_per_sm(resident::library_kernel<T, false, false>, resident::kThreads, smem));
 }
 
 template <typename T> void launch_resident_rows(const PipeParams<T>& p, cudaStream_t stream) {
   TORCH_CHECK(p.output != SoftmaxOutput::LogSumExp, "the resident kernel stores rows: softmax or log_softmax only");
-  auto kernel =
-      p.output == SoftmaxOutput::Softmax ? resident::library_kernel<T, true> : resident::library_kernel<T, false>;
+  // Items of exactly kResidentMaxItemBytes each take the kernel without bounds.
+  const bool whole = p.chunk_elems * int64_t(sizeof(T)) == kResidentMaxItemBytes && p.len % p.chunk_elems == 0;
+  const bool softmax = p.output == SoftmaxOutput::Softmax;
+  auto kernel = whole ? (softmax ? resident::library_kernel<T, true, true> : resident::library_kernel<T, false, true>)
+                      : (softmax ? resident::library_kernel<T, true, false> : resident::library_kernel<T, false, false>);
   const size_t smem = resident_smem_bytes(p);
   allow_dynamic_smem(kernel, smem);
   launch_kernel(kernel, static_cast<int>(p.rows * p.chunks), resident::kThreads, smem, stream,

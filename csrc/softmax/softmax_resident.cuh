@@ -162,7 +162,9 @@ __device__ __forceinline__ OnlineState<float> reduce_item_state(const RowExchang
 // exponentials ran with DRAM idle (bf16 128x262144 53.0 -> 50.9 us streamed, NOTES "s55 call 3").
 // Phase B order: the L2 part first (before the other stores evict it: 53.2 against 58.0-60.2 us with it second or
 // last, "s55 call 1"), its first vectors loaded before the row exchange; then registers, then shared memory.
-template <typename T, bool kSoftmax>
+// kWhole: every item is exactly kResidentMaxItemBytes (the host checks), so the parts' sizes are constants and no
+// vector needs a bound.
+template <typename T, bool kSoftmax, bool kWhole>
 __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(const PipeParams<T> p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   static_assert(sizeof(T) == 2, "16-bit vectors of 8 elements");
@@ -172,9 +174,9 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
   const int t = threadIdx.x;
   const int64_t item = blockIdx.x;
   const RowChunk span(item, p.chunks, p.chunk_elems, p.len);
-  const int nvec = static_cast<int>(span.end - span.begin) / 8;
-  const int reg_vecs = min(nvec, kRegVecs * kThreads);
-  const int smem_vecs = min(nvec - reg_vecs, kMaxPieces * kPieceVecs);
+  const int nvec = kWhole ? int(kResidentMaxItemBytes / 16) : static_cast<int>(span.end - span.begin) / 8;
+  const int reg_vecs = kWhole ? kRegVecs * kThreads : min(nvec, kRegVecs * kThreads);
+  const int smem_vecs = kWhole ? kMaxPieces * kPieceVecs : min(nvec - reg_vecs, kMaxPieces * kPieceVecs);
   const int pieces = (smem_vecs + kPieceVecs - 1) / kPieceVecs;
   const int l2_vecs = nvec - reg_vecs - smem_vecs;
   const int l2_groups = (l2_vecs + kThreads * kL2Group - 1) / (kThreads * kL2Group);
@@ -193,7 +195,7 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
 #pragma unroll
   for (int s = 0; s < kRegVecs; ++s) {
     const int v = s * kThreads + t;
-    raw[s] = v < reg_vecs ? load16_policy(xr + v, evict_first) : dual::neg_inf_vector<T>();
+    raw[s] = kWhole || v < reg_vecs ? load16_policy(xr + v, evict_first) : dual::neg_inf_vector<T>();
   }
   if (t == 0) {
     for (int k = 0; k < pieces; ++k) {
@@ -214,7 +216,7 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
 #pragma unroll
     for (int i = 0; i < kL2Group; ++i) {
       const int v = (index * kL2Group + i) * kThreads + t;
-      g[i] = v < l2_vecs ? load16_policy(xl + v, evict_last) : dual::neg_inf_vector<T>();
+      g[i] = kWhole || v < l2_vecs ? load16_policy(xl + v, evict_last) : dual::neg_inf_vector<T>();
     }
   };
   const auto fold_piece = [&](int k) {
@@ -223,7 +225,7 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int idx = k * kPieceVecs + i * kThreads + t;
-      v[i] = idx < smem_vecs ? held[idx] : dual::neg_inf_vector<T>();
+      v[i] = kWhole || idx < smem_vecs ? held[idx] : dual::neg_inf_vector<T>();
     }
     fold_vectors<T>(st, v);
   };
@@ -252,7 +254,7 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
 #pragma unroll
   for (int i = 0; i < kStoreDepth; ++i) {
     const int v = i * kThreads + t;
-    if (v < l2_vecs) next[i] = load16_policy(xl + v, evict_first);
+    if (kWhole || v < l2_vecs) next[i] = load16_policy(xl + v, evict_first);
   }
   const OnlineState<float> row_state = reduce_item_state(p.exchange, p.chunks, span.row, item, st, scratch);
   const Epilogue<float> epi(p.output, row_state, row_state.m);
@@ -272,7 +274,7 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
 #pragma unroll
     for (int i = 0; i < kStoreDepth; ++i) {
       const int v = (r + i) * kThreads + t;
-      if (v < l2_vecs) {
+      if (kWhole || v < l2_vecs) {
         const uint4 o = out(next[i]);
         const int ahead = v + kStoreDepth * kThreads;
         if (ahead < l2_vecs) next[i] = load16_policy(xl + ahead, evict_first);
@@ -283,7 +285,7 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
 #pragma unroll
   for (int s = 0; s < kRegVecs; ++s) {
     const int v = s * kThreads + t;
-    if (v < reg_vecs) store16_streaming(y + v, out(dual::opaque(raw[s])));
+    if (kWhole || v < reg_vecs) store16_streaming(y + v, out(dual::opaque(raw[s])));
   }
 #pragma unroll 2
   for (int v = t; v < smem_vecs; v += kThreads) store16_streaming(y + reg_vecs + v, out(held[v]));
@@ -291,7 +293,8 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
 }
 
 // The instantiation the library launches for an output (Softmax or LogSoftmax; logsumexp never comes here).
-template <typename T, bool kSoftmax> constexpr auto library_kernel = softmax_resident_rows_kernel<T, kSoftmax>;
+template <typename T, bool kSoftmax, bool kWhole>
+constexpr auto library_kernel = softmax_resident_rows_kernel<T, kSoftmax, kWhole>;
 
 }  // namespace resident
 }  // namespace softmax

@@ -736,8 +736,9 @@ import test_softmax as t
 from reference import softmax_ref, log_softmax_ref
 ops = ((fae.softmax, softmax_ref, torch.softmax), (fae.log_softmax, log_softmax_ref, torch.log_softmax))
 # items from a few KB (registers only) to 512 KB (registers, shared memory and L2), last chunks shorter, part-filled
-# pieces and L2 groups (1_000_008 elements: chunks of 250_048); a forced chunk count: the shapes it fits
-shapes = ((5, 4096), (7, 40_000), (3, 1_000_008), (2, 4_194_312), (128, 262_144))
+# pieces and L2 groups (1_000_008 elements: chunks of 250_048); items of exactly 512 KB (the kernel without bounds),
+# one and 16 to a row; a forced chunk count: the shapes it fits
+shapes = ((5, 4096), (7, 40_000), (3, 1_000_008), (2, 4_194_312), (2, 4_194_304), (128, 262_144))
 if "chunks" in os.environ["FAE_SOFTMAX_CONFIG"]:
     shapes = shapes[:3]
 for dtype in (torch.bfloat16, torch.float16):
@@ -746,9 +747,10 @@ for dtype in (torch.bfloat16, torch.float16):
         for op, ref, base in ops:
             t.poison("cuda", x.numel() * x.element_size())
             t.check_against_reference(op(x, -1), ref(x, -1), base(x, -1), dtype, op.__name__ + str(shape))
-    x = t.special_rows(40_000, dtype, "cuda")
-    for op, ref, base in ops:
-        t.assert_special_match(op(x, -1), base(x, -1), ref(x, -1), op.__name__ + " special values")
+    for length in (40_000, 524_288):  # the second: 512 KB items, two to a row (without chunks=N)
+        x = t.special_rows(length, dtype, "cuda")
+        for op, ref, base in ops:
+            t.assert_special_match(op(x, -1), base(x, -1), ref(x, -1), op.__name__ + " special values")
 print("checked")
 """
 

@@ -29,6 +29,8 @@
 namespace flash_attn_ext {
 namespace softmax {
 
+constexpr float kLog2e = 1.4426950408889634f;  // log2(e): exp(t) = exp2(t * kLog2e)
+
 template <typename A> struct OnlineState {
   A m;
   A d;
@@ -59,7 +61,7 @@ __device__ __forceinline__ OnlineState<A> merge(OnlineState<A> a, OnlineState<A>
   const A big_d = a_big ? a.d : b.d;
   const A small_d = a_big ? b.d : a.d;
   if constexpr (kFastExp2) {
-    return {m, small_d * (small_m == m ? 1.f : fast_exp2((small_m - m) * 1.4426950408889634f)) + big_d};
+    return {m, small_d * (small_m == m ? 1.f : fast_exp2((small_m - m) * kLog2e)) + big_d};
   } else {
     return {m, small_d * rescale(small_m, m) + big_d};
   }
@@ -99,7 +101,7 @@ template <typename A, bool kFast> struct ShiftedExp {
   __device__ __forceinline__ explicit ShiftedExp(A max) : m(isinf(max) ? A(0) : max) {}
   __device__ __forceinline__ A operator()(A x) const {
     if constexpr (kFast) {
-      return fast_exp2((x - m) * 1.4426950408889634f);
+      return fast_exp2((x - m) * kLog2e);
     } else {
       return exp_of(x - m);
     }
@@ -130,7 +132,7 @@ struct FusedExp2 {
       const float c = fabsf(m) <= 0x1p64f ? 1.44268798828125f : 1.44268798828125f * 0x1p-24f;
       return {c, m * c, 1.0f};
     } else {
-      const float c = 1.4426950408889634f;
+      const float c = kLog2e;
       const float k = m * c;
       return {c, k, fast_exp2(-fmaf(m, c, -k))};
     }

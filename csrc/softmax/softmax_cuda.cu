@@ -260,6 +260,8 @@ template <typename T> int64_t dual_chunks(const RowsShape& s) {
 template <typename T> int64_t resident_chunk_elems(int64_t len, int64_t chunks) {
   return round_up(ceil_div(len, chunks), 128 / static_cast<int64_t>(sizeof(T)));
 }
+// The fewest chunks of a row that the resident kernel can hold (its default chunk count).
+int64_t resident_fewest_chunks(int64_t row_bytes) { return ceil_div(row_bytes, kResidentMaxItemBytes); }
 // The chunk count "auto" takes the resident kernel with, or 0: 16-bit rows whose items, at the fewest chunks of
 // <= 512 KB, fill one wave of one block per SM to at least kResidentMinFill of the SMs, with items of more than
 // kResidentMinItemBytes. Why these bounds: the kernel was measured on such shapes only, where it beat the dual
@@ -270,9 +272,10 @@ constexpr double kResidentMinFill = 0.9;
 template <typename T> int64_t resident_chunks(const RowsShape& s) {
   // (and a device whose opt-in shared memory holds the longest item's pieces next to the static arrays)
   if (!s.resident || s.smem_optin < kResidentMaxSmemBytes + 1024) return 0;
-  const int64_t chunks = ceil_div(s.row_bytes, kResidentMaxItemBytes);
-  const int64_t items = s.rows * ceil_div(s.len, resident_chunk_elems<T>(s.len, chunks));
-  const int64_t item_bytes = resident_chunk_elems<T>(s.len, chunks) * static_cast<int64_t>(sizeof(T));
+  const int64_t chunks = resident_fewest_chunks(s.row_bytes);
+  const int64_t chunk_elems = resident_chunk_elems<T>(s.len, chunks);
+  const int64_t items = s.rows * ceil_div(s.len, chunk_elems);
+  const int64_t item_bytes = chunk_elems * static_cast<int64_t>(sizeof(T));
   if (items > s.sms || items < kResidentMinFill * s.sms || item_bytes <= kResidentMinItemBytes) return 0;
   return chunks;
 }
@@ -694,7 +697,7 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
     if (!s.resident) fail("the resident kernel needs 16-bit, 16-byte aligned rows and sm_90 code for this device");
     if (p.output == SoftmaxOutput::LogSumExp) fail("the resident kernel stores rows: softmax and log_softmax only");
     if constexpr (sizeof(T) == 2) {
-      if (plan.chunks == 0) plan.chunks = static_cast<int>(ceil_div(s.row_bytes, kResidentMaxItemBytes));
+      if (plan.chunks == 0) plan.chunks = static_cast<int>(resident_fewest_chunks(s.row_bytes));
       if (plan.chunks < 1) fail("chunks must be >= 1");
       PipeParams<T> pp{x, y, s.rows, s.len, 0, 0, 0, 0, p.output, {}};
       pp.chunk_elems = resident_chunk_elems<T>(s.len, plan.chunks);

@@ -9,8 +9,8 @@
 // exchange per row. H100, bf16, streamed, through the op (sweep_softmax.py), against the dual kernel in the same run
 // (NOTES "s55 call 9"): 128x262144 (one row per block) 50.0-50.4 us against 53.9, 8x4194304 (16 blocks per row)
 // 52.2-52.4 against 53.4, 64x524288 51.6 against 52.9, 4x8388608 52.6 against 55.1, 120x262144 47.9 against 50.6; a
-// copy of the same bytes 46.3. A probe of the same design (s55 calls 1-5) ran 49.5 / 51.7 us on the first two shapes:
-// what this kernel spends beyond it is not found (not the output's multiply, the opaque vectors or the max's chain).
+// copy of the same bytes 46.3. A probe of the same design (s55 calls 1-5) ran 49.5 / 51.7 us on the first two shapes;
+// with items of exactly 512 KB on their own instantiation (kWhole) the kernel reads 49.6 / 52.2 beside it (s56 call 1).
 // Each element is read from DRAM once and written once.
 #include "softmax/softmax_dual.cuh"
 
@@ -94,7 +94,7 @@ template <typename T, int N>
 __device__ __forceinline__ void fold_vectors(OnlineState<float>& st, const uint4 (&raw)[N]) {
   const float m = packed_max_of<T>(raw);
   if (m > st.m) {
-    st.d *= fast_exp2((st.m - m) * 1.4426950408889634f);
+    st.d *= fast_exp2((st.m - m) * kLog2e);
     st.m = m;
   }
   const FusedExp2 e = FusedExp2::at<T>(st.m);
@@ -163,7 +163,9 @@ __device__ __forceinline__ OnlineState<float> reduce_item_state(const RowExchang
 // Phase B order: the L2 part first (before the other stores evict it: 53.2 against 58.0-60.2 us with it second or
 // last, "s55 call 1"), its first vectors loaded before the row exchange; then registers, then shared memory.
 // kWhole: every item is exactly kResidentMaxItemBytes (the host checks), so the parts' sizes are constants and no
-// vector needs a bound.
+// vector needs a bound: bf16 softmax 3392 SASS instructions and 71 branches against 3896 and 100; streamed
+// 128x262144 50.1 -> 49.7 us, 64x524288 51.9 -> 51.5, cold 48.2 -> 47.5; 8x4194304 and 4x8388608 level (H100, two
+// rounds alternating through the op, NOTES "s56 call 1").
 template <typename T, bool kSoftmax, bool kWhole>
 __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(const PipeParams<T> p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -205,12 +207,8 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
     }
   }
 
-  OnlineState<float> st;
-  {
-    const float m = packed_max_of<T>(raw);
-    const FusedExp2 e = FusedExp2::at<T>(m);
-    st = {m, sum_of_terms<T>(raw, e) * e.correction};
-  }
+  OnlineState<float> st = empty_state<float>();
+  fold_vectors<T>(st, raw);
   uint4 group[kL2Depth][kL2Group];
   const auto load_group = [&](uint4 (&g)[kL2Group], int index) {
 #pragma unroll

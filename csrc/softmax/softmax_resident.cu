@@ -28,19 +28,21 @@ template <typename T> size_t resident_smem_bytes(const PipeParams<T>& p) {
   return static_cast<size_t>(pieces * resident::kPieceBytes);
 }
 
+// The instantiation for p's output and items. Items of exactly kResidentMaxItemBytes take the one without bounds.
+template <typename T> auto resident_kernel_for(const PipeParams<T>& p) {
+  const bool whole = p.chunk_elems * int64_t(sizeof(T)) == kResidentMaxItemBytes && p.len % p.chunk_elems == 0;
+  const bool softmax = p.output == SoftmaxOutput::Softmax;
+  return whole ? (softmax ? resident::library_kernel<T, true, true> : resident::library_kernel<T, false, true>)
+               : (softmax ? resident::library_kernel<T, true, false> : resident::library_kernel<T, false, false>);
+}
+
 template <typename T> int resident_rows_blocks_per_sm(const PipeParams<T>& p) {
-  const size_t smem = resident_smem_bytes(p);
-  return std::min(resident_blocks_per_sm(resident::library_kernel<T, true, false>, resident::kThreads, smem),
-                  resident_blocks_per_sm(resident::library_kernel<T, false, false>, resident::kThreads, smem));
+  return resident_blocks_per_sm(resident_kernel_for(p), resident::kThreads, resident_smem_bytes(p));
 }
 
 template <typename T> void launch_resident_rows(const PipeParams<T>& p, cudaStream_t stream) {
   TORCH_CHECK(p.output != SoftmaxOutput::LogSumExp, "the resident kernel stores rows: softmax or log_softmax only");
-  // Items of exactly kResidentMaxItemBytes each take the kernel without bounds.
-  const bool whole = p.chunk_elems * int64_t(sizeof(T)) == kResidentMaxItemBytes && p.len % p.chunk_elems == 0;
-  const bool softmax = p.output == SoftmaxOutput::Softmax;
-  auto kernel = whole ? (softmax ? resident::library_kernel<T, true, true> : resident::library_kernel<T, false, true>)
-                      : (softmax ? resident::library_kernel<T, true, false> : resident::library_kernel<T, false, false>);
+  const auto kernel = resident_kernel_for(p);
   const size_t smem = resident_smem_bytes(p);
   allow_dynamic_smem(kernel, smem);
   launch_kernel(kernel, static_cast<int>(p.rows * p.chunks), resident::kThreads, smem, stream,

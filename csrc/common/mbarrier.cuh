@@ -1,6 +1,6 @@
 #pragma once
-// Shared-memory transaction barriers (mbarrier, sm_90) as used by the bulk-copy pipelines: the softmax
-// pipelined kernel and the Hopper attention kernel. A barrier's phase completes when its expected number of
+// Shared-memory transaction barriers (mbarrier, sm_90) as used by the bulk-copy pipelines: the softmax pipelined,
+// dual and resident kernels and the Hopper attention kernel. A barrier's phase completes when its expected number of
 // arrivals has arrived and, where a transaction count was announced, that many bytes of copies have landed;
 // waiters name the phase by its parity (phase u of a barrier reused every round is waited with u & 1).
 #include <cstdint>
@@ -30,6 +30,22 @@ __device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_
 // arrivals: no increment). The waiting side must fence the proxies before an async-proxy read (wgmma).
 __device__ __forceinline__ void cp_async_mbarrier_arrive_noinc(uint64_t* bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+}
+
+// One bulk copy of `bytes` (a multiple of 16) from global into shared memory whose transactions complete on `bar`
+// (announced there by mbarrier_arrive_expect_tx); with l2_policy (createpolicy), under that L2 cache policy.
+__device__ __forceinline__ void bulk_copy_to_shared(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                   smem_addr(dst)),
+               "l"(src), "r"(bytes), "r"(smem_addr(bar))
+               : "memory");
+}
+__device__ __forceinline__ void bulk_copy_to_shared(void* dst, const void* src, uint32_t bytes, uint64_t* bar,
+                                                    uint64_t l2_policy) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;\n"
+      ::"r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(smem_addr(bar)), "l"(l2_policy)
+      : "memory");
 }
 
 __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {

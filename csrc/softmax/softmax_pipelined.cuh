@@ -19,10 +19,7 @@ namespace pipe {
 // completes them: the phase flips once all bytes have landed.
 __device__ __forceinline__ void bulk_load(void* dst, const void* src, unsigned bytes, uint64_t* bar) {
   mbarrier_arrive_expect_tx(bar, bytes);
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-                   smem_addr(dst)),
-               "l"(src), "r"(bytes), "r"(smem_addr(bar))
-               : "memory");
+  bulk_copy_to_shared(dst, src, bytes, bar);
 }
 #endif
 

@@ -51,13 +51,6 @@ __device__ __forceinline__ uint4 load16_policy(const uint4* p, uint64_t policy) 
                : "l"(p), "l"(policy));
   return v;
 }
-// One bulk copy of `bytes` (a multiple of 16) from global into shared memory, completing on `bar`.
-__device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar, uint64_t policy) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;\n"
-      ::"r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(smem_addr(bar)), "l"(policy)
-      : "memory");
-}
 
 // The packed max of N 16-bit vectors (HMNMX2; NaN ignored, as the sum that follows carries it), as a tree: each
 // vector's four words first, so the chain that the sum waits for is N + 2 deep rather than 4 N.
@@ -203,7 +196,7 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
     for (int k = 0; k < pieces; ++k) {
       const int bytes = min(kPieceVecs, smem_vecs - k * kPieceVecs) * 16;
       mbarrier_arrive_expect_tx(bars + k, bytes);
-      bulk_load(held + k * kPieceVecs, xs + k * kPieceVecs, bytes, bars + k, evict_first);
+      bulk_copy_to_shared(held + k * kPieceVecs, xs + k * kPieceVecs, bytes, bars + k, evict_first);
     }
   }
 

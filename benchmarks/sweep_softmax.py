@@ -101,6 +101,9 @@ CANDIDATES = [
     ("kind=pipe,bpsm=2", lambda s, d: nvec(s, d) >= 256),
     ("kind=pipe,bpsm=2,threads=128", lambda s, d: nvec(s, d) >= 256),
     ("kind=pipe,bpsm=2,threads=256", lambda s, d: nvec(s, d) >= 256),
+    # dual-role and resident (sm_90): chunk count derived as "auto" derives it
+    ("kind=dual", _long),
+    ("kind=resident", lambda s, d: _long(s, d) and d != "fp32"),
     # streaming (multi-pass baseline)
     ("kind=stream", _few_long),
     ("kind=stream,steps=16", _few_long),

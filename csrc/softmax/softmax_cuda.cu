@@ -299,8 +299,6 @@ template <typename T> int stream_steps_per_chunk(int64_t len) {
 //                        or 512-thread block keeps the rest of its row in shared memory (cp.async), >= 2
 //                        blocks per SM overlap one row's reduction and store with the next one's loads, and
 //                        no block waits on another (the split's exchange);
-//  2c. the same for "auto" softmax/log_softmax of aligned fp32 rows of 1536-2048 elements, >= 192 rows per
-//                        SM: 128 threads x (2 vectors in registers + the rest in shared memory);
 //  3. split-row          "auto" softmax/log_softmax beyond that: 256-thread blocks, chunks of a row on several
 //                        blocks (registers + shared memory), one read of DRAM, cooperative persistent grid;
 //  4. streaming          everything left: "safe" 3 passes, "online" 2 passes, logsumexp 1 pass + finalize.
@@ -512,24 +510,10 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
     }
   }
 
-  // 2c. fp32 rows of 384-512 vectors (1536-2048 elements), >= 192 rows per SM: 128 threads x (2 vectors in
-  //     registers + the rest in shared memory) instead of 64 x 8 in registers (2.). H100 sweeps through the
-  //     op, s39, ratio to torch.softmax timed in the same worker, cold / streamed, over two rounds each:
-  //     32768x2000 1.016-1.023 / 1.021-1.027 against 0.997-1.004 / 0.991-0.996, 65536x2000 1.011-1.014 /
-  //     1.012-1.018 against 0.984-0.989, 32768x1536, x1800, x2048 1.003-1.032 against 0.992-1.012. With fewer
-  //     rows it loses: x2000 at 300-4400 rows up to 2.9 us (2200 rows: 16.0 against 14.5 us streamed, 17.5
-  //     against 15.0 cold), at 17600 (133 per SM) 0.6-2.2 us cold while 1.2-1.9 us faster streamed;
-  //     1100-element rows lose 7-9 %, 2500-4000 gain nothing.
-  //     128 x 8 in registers or 256 x 2 are slower than both (not profiled why).
-  if (auto_rows && sizeof(T) == 4 && s.aligned && nv >= 384 && nv <= 512 && s.rows >= 192 * int64_t(s.sms)) {
-    plan.kind = RowsKind::Block;
-    plan.vpt = Traits::kSmallVpt;
-    plan.threads = 128;
-    plan.smem = kSmemDerived;  // launch_plan: the rest of the row, ceil(nv / 128) - 2 vectors per thread
-    return plan;
-  }
-
-  // 2. Block-per-row.
+  // 2. Block-per-row. fp32 rows of 1536-2048 elements too: from s39 to s57 "auto" gave them 128 threads x (2
+  //    vectors in registers + the rest in shared memory), 1-3 % faster than this on the H100; on the H200 that
+  //    plan ran 32768x2000 at 154 us cold / 150 streamed against 131 / 138 here (sweep through the op, NOTES
+  //    "s57 call 2"), slower than torch.softmax (138 / 138).
   if (threads <= kMaxBlockThreads) {
     plan.kind = RowsKind::Block;
     plan.vpt = vpt;

@@ -9,6 +9,8 @@ once, and the tail where SMs finish one by one. Two steps (on the GPU machine; n
     python3 scripts/pm_sampling.py show $OUT/raw.csv     # anywhere: prints one line per sample
 
 `run` calls the op (auto) a few times, then once inside the NVTX range "probe", which the ncu filter selects.
+With an in-place build (`setup.py build_ext --inplace`) set PYTHONPATH to the repository root: Python puts this
+script's folder, not the root, first on the import path.
 """
 import csv
 import sys

@@ -30,17 +30,27 @@ static_assert(int64_t(kRegThreads) * kRegVecs * 16 == kDualMaxItemBytes, "the ho
 // (s20 probe, us): fp32 (12, 5) 8x4194304 98.7 against (14, 5) 101.7, 128x262144 97.1 against 99.9, whole
 // rows 1024x32768 95.1 against 94.7 (10 loads: 2-6 % slower); bf16 (8, 0) stays best (6 loads 1-2 %
 // slower, any ring window 2-7 % slower). fp64 not measured.
+// On the H200 (1.4x the H100's DRAM bandwidth, so by Little's law more bytes must be in flight for the same
+// latency) fp32's ring window of 5 held its ring role back: no window (0) ran 1.5-3.5 us faster streamed on
+// every dual shape and 1-2 us cold (NOTES "s58 calls 1-3", window 5 -> 0, us streamed: 1024x32768 77.6 ->
+// 75.4-76.2, 128x262144 85.7-86.2 -> 81.3-83.5, 2048x50304 249.8-250.8 -> 236.1-237.8, 512x151936 195.7-196.0
+// -> 186.6-189.1); a window of 8 gained half of that. The register role's 12 loads stay: 16 ran 3-4 us
+// slower, 14 1-3 us slower, 10 2-6 us faster cold but 2-7 us slower streamed; bf16's 8 stay (12 and 16: 5-20
+// us slower on the bf16 dual shapes). The H100 is no longer lent: not re-measured there.
 template <typename T> constexpr int kDualLoadsInFlight = sizeof(T) == 2 ? 8 : sizeof(T) == 4 ? 12 : kRegVecs;
-template <typename T> constexpr int kDualRingWindow = sizeof(T) == 4 ? 5 : 0;
+template <typename T> constexpr int kDualRingWindow = 0;
 constexpr int kRingBarrier = 1;   // named barriers: the ring role's, the register role's, and the start
 constexpr int kRegBarrier = 2;
 constexpr int kStartBarrier = 3;
-// The register role starts when piece 6 of the ring role's first item has landed (of 8 pieces in a 128 KB
-// item; items of at most 6 pieces: once folded). H100 probe s21 (us, after the fold -> at piece 6): bf16
-// 128x262144 52.3-52.4 -> 50.8-51.5, 8x4194304 52.5-52.8 -> 52.9; fp32 8x4194304 101.1-101.2 -> 99.8-100.8,
-// 128x262144 96.6-98.0 -> 96.6-98.1. At once (no start barrier): bf16 128x262144 51.0-51.5, but fp32 split
+// The register role starts when piece kStartPiece of the ring role's first item has landed (of 8 pieces in a
+// 128 KB item; items of at most kStartPiece pieces: once folded). H100 probe s21 (us, after the fold -> at
+// piece 6): bf16 128x262144 52.3-52.4 -> 50.8-51.5, 8x4194304 52.5-52.8 -> 52.9; fp32 8x4194304 101.1-101.2 ->
+// 99.8-100.8, 128x262144 96.6-98.0 -> 96.6-98.1. At once (no start barrier): bf16 128x262144 51.0-51.5, but fp32 split
 // rows 10 % slower (both roles fold, and then wait on their rows, in phase); at pieces 0-4: in between.
-constexpr int kStartPiece = 6;
+// fp32 on the H200 with no ring window (s58 calls 2-3, three rounds): after the fold (kPipeMaxPieces: past
+// any item's last piece) took fp32 8x4194304 cold from 87.5-87.8 to 82.8-83.0 us (streamed 84.9-85.8 ->
+// 85.6-86.6), the other dual shapes level; piece 4 level with 6. 16-bit types keep piece 6 (not re-measured).
+template <typename T> constexpr int kStartPiece = sizeof(T) == 4 ? kPipeMaxPieces : 6;
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 // The same 16 bytes, hidden from the optimizer: each pass over the register role's vectors unpacks them
@@ -288,7 +298,7 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_dual_rows_kernel(const Pi
   if (threadIdx.x < kRingThreads) {
     pipe::ring_items<T, true, kRingWindow, kSoftmaxOnly>(
         p, swapped ? blockIdx.x + gridDim.x : blockIdx.x, step, RoleTeam{0, kRingThreads, kRingBarrier}, ring, bars,
-        s_ring, pipe::StartSignal{swapped ? 0 : kStartBarrier, kThreads, kStartPiece});
+        s_ring, pipe::StartSignal{swapped ? 0 : kStartBarrier, kThreads, kStartPiece<T>});
   } else {
     if (!swapped) asm volatile("bar.sync %0, %1;\n" ::"r"(kStartBarrier), "r"(kThreads) : "memory");
     register_items<T, kLoadsInFlight, kSoftmaxOnly>(p, swapped ? blockIdx.x : blockIdx.x + gridDim.x, step, s_reg);

@@ -162,9 +162,10 @@ struct StartSignal {
 // dual kernel starts its other role there. kEvictFirst: the store pass of every type is evict-first
 // (store_item).
 // kWindow > 0: at most kWindow pieces in flight; the producer issues the next ones as pieces land (checked
-// at each piece of the walk) instead of filling every free slot at once (the dual kernel's fp32 ring role:
-// kDualRingWindow). kSoftmaxOnly: p.output is Softmax, and the other outputs' epilogues are compiled out
-// (the dual kernel's softmax instantiation, softmax_dual.cuh).
+// at each piece of the walk) instead of filling every free slot at once (the dual kernel's kDualRingWindow: 0
+// for every type since s58 on the H200; scripts/dualrole_probe times others). kSoftmaxOnly: p.output is
+// Softmax, and the other outputs' epilogues are compiled out (the dual kernel's softmax instantiation,
+// softmax_dual.cuh).
 template <typename T, bool kEvictFirst = false, int kWindow = 0, bool kSoftmaxOnly = false, typename Team>
 __device__ __forceinline__ void ring_items(const PipeParams<T>& p, int64_t first_item, int64_t step, Team team,
                                            uint4* ring, uint64_t* bars, OnlineState<acc_t<T>>* scratch,

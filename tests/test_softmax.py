@@ -219,6 +219,29 @@ def test_whole_rows_head_and_tail_cuda(dtype):
     check_against_reference(fae.logsumexp(x, -1), logsumexp_ref(x, -1), torch.logsumexp(x, -1), dtype, "logsumexp")
 
 
+@pytest.mark.cuda
+@requires_cuda
+@pytest.mark.parametrize("offset", [0, 1, 3])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_unaligned_rows_cuda(dtype, offset):
+    # Rows that are not 16-byte aligned move 16-byte vectors on the memory's grid, with their first and last
+    # vectors element by element (load_group_shifted): odd lengths, where each row starts at its own
+    # misalignment, and an input whose base lies `offset` elements past an aligned address, so that its rows and
+    # the fresh output's lie on different grids (element-wise stores) even at lengths that are multiples of 8.
+    # Rows for the warp kernel (7, 100), block rows (1025 to 10007) and rows split over blocks (fewer rows than
+    # SMs: 40_003, 100_000).
+    ops = ((fae.softmax, softmax_ref, torch.softmax), (fae.log_softmax, log_softmax_ref, torch.log_softmax),
+           (fae.logsumexp, logsumexp_ref, torch.logsumexp))
+    for rows, length in ((33, 7), (65, 100), (17, 1025), (9, 4097), (40, 10007), (5, 4096), (3, 40_003),
+                         (2, 100_000)):
+        x = make_input((rows * length + offset,), dtype, "cuda")[offset:].view(rows, length)
+        assert x.data_ptr() % 16 == offset * x.element_size() % 16
+        for op, ref_fn, torch_fn in ops:
+            poison("cuda", rows * (1 if op is fae.logsumexp else length) * x.element_size())
+            check_against_reference(op(x, -1), ref_fn(x, -1), torch_fn(x, -1), dtype,
+                                    f"{op.__name__} {rows}x{length} at +{offset}")
+
+
 @pytest.mark.parametrize("keepdim", [False, True])
 @pytest.mark.parametrize("shape, dim, layout", [p for p in _cases(CASES) if p.values[2] != "transposed"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)

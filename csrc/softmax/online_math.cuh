@@ -428,6 +428,74 @@ __device__ __forceinline__ void store_group(T* row, int64_t len, int64_t first, 
   }
 }
 
+// Unaligned rows (a length that is not a multiple of kVec, or a base that is not 16-byte aligned): the row and
+// block kernels' groups still move 16-byte vectors, on the memory's 16-byte grid rather than the row's. d is the
+// row's misalignment in elements (row - d is 16-byte aligned); vector s of thread t covers elements
+// first - d + (s * nt + t) * kVec + [0, kVec), so the group spans [first - d, first - d + nt * kN * kVec).
+// Elements outside [0, len) read as -inf and are not stored, and a vector not wholly inside [0, len) (a row's
+// first and last) is read and written element by element: nothing outside the row is touched. Consecutive
+// groups (first += nt * kN * kVec, first a multiple of kVec) partition the row once they span len + d
+// elements; the host counts an unaligned row's vectors as ceil((len + kVec - 1) / kVec) for that. The output
+// row may sit on another grid than the input's (a misaligned input, a fresh output): then every store is
+// element-wise. Why: the element-wise layout (load_group's scalar mapping) moved 16-bit rows at 35-39 % of
+// copy on the H200 (bf16 2000x10007, 8192x4097; fp32 70-78 %), and no kernel configuration did better (NOTES
+// "s58 call 6"). The streaming kernels keep the scalar mapping: their chunks are not cut on the vector grid.
+template <typename T> __device__ __forceinline__ int misalignment(const T* p) {
+  return static_cast<int>((reinterpret_cast<uintptr_t>(p) & 15) / sizeof(T));
+}
+
+// The group's offsets o (element first - d + o) in [lo, hi) lie in the row, as 32-bit numbers (the group spans
+// < 2^31 elements): lo = d for the row's first group, else 0; hi is the rest of the row, clamped.
+struct ShiftedBounds {
+  int lo;
+  int hi;
+  __device__ __forceinline__ ShiftedBounds(int64_t len, int64_t first, int d)
+      : lo(first == 0 ? d : 0), hi(remaining(len + d, first)) {}
+  __device__ __forceinline__ bool inside(int o) const { return o >= lo && o < hi; }
+};
+
+template <typename T, int kN>
+__device__ __forceinline__ void load_group_shifted(const T* row, int64_t len, int64_t first, int d, int nt, int t,
+                                                   acc_t<T> (&v)[kN][RowsTraits<T>::kVec]) {
+  using A = acc_t<T>;
+  constexpr int kVec = RowsTraits<T>::kVec;
+  const ShiftedBounds b(len, first, d);
+  const T* group = row + (first - d);  // 16-byte aligned; dereferenced only inside the row
+  const int stride = nt * kVec;
+#pragma unroll
+  for (int s = 0; s < kN; ++s) {
+    const int o = t * kVec + s * stride;
+    if (o >= b.lo && o + kVec <= b.hi) {
+      VecIO<T>::unpack(load16(group + o), v[s]);
+    } else {
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) v[s][j] = b.inside(o + j) ? to_acc(__ldg(group + o + j)) : neg_inf<A>();
+    }
+  }
+}
+
+template <typename T, int kN>
+__device__ __forceinline__ void store_group_shifted(T* row, int64_t len, int64_t first, int d, int nt, int t,
+                                                    const acc_t<T> (&v)[kN][RowsTraits<T>::kVec]) {
+  constexpr int kVec = RowsTraits<T>::kVec;
+  const ShiftedBounds b(len, first, d);
+  const bool same_grid = misalignment(row) == d;
+  T* group = row + (first - d);
+  const int stride = nt * kVec;
+#pragma unroll
+  for (int s = 0; s < kN; ++s) {
+    const int o = t * kVec + s * stride;
+    if (same_grid && o >= b.lo && o + kVec <= b.hi) {
+      store16(group + o, VecIO<T>::pack(v[s]));
+    } else {
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) {
+        if (b.inside(o + j)) group[o + j] = from_acc<T>(v[s][j]);
+      }
+    }
+  }
+}
+
 // The per-element epilogue of softmax / log_softmax once the row's (m, d) is known. `ref` is the max the
 // thread's cached terms were taken against: softmax y = rescale(x, ref) * scale, log_softmax y = x - shift.
 // kFastRecip (float only) takes 1 / d as __fdividef(1, d): within 2 ulp, since d >= 1 whenever it is finite

@@ -137,7 +137,7 @@ struct RowsShape {
   int64_t rows;
   int64_t len;
   int64_t row_bytes;  // len * sizeof(T)
-  int64_t nv;     // 16-byte vectors per row, ceil(len / kVec)
+  int64_t nv;     // 16-byte vectors per row: ceil(len / kVec), unaligned rows ceil((len + kVec - 1) / kVec)
   bool aligned;   // 16-byte vector access: x, y and the row length in bytes multiples of 16
   int sms;
   size_t smem_optin;     // shared memory one block may opt into
@@ -733,11 +733,14 @@ template <typename T> void softmax_cuda_typed(const SoftmaxProblem& p, cudaStrea
   }
   const cudaDeviceProp* prop = at::cuda::getCurrentDeviceProperties();
   const int64_t row_bytes = p.len * static_cast<int64_t>(sizeof(T));
+  const bool aligned = aligned16(x) && aligned16(y) && row_bytes % 16 == 0;
+  // An unaligned row's vectors lie on the memory's 16-byte grid, which the row may start up to kVec - 1
+  // elements into (load_group_shifted): count the worst case.
   RowsShape s{p.outer,
               p.len,
               row_bytes,
-              ceil_div(p.len, RowsTraits<T>::kVec),
-              aligned16(x) && aligned16(y) && row_bytes % 16 == 0,
+              ceil_div(p.len + (aligned ? 0 : RowsTraits<T>::kVec - 1), RowsTraits<T>::kVec),
+              aligned,
               prop->multiProcessorCount,
               prop->sharedMemPerBlockOptin,
               prop->sharedMemPerMultiprocessor,

@@ -31,9 +31,9 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? 0 : 3) softmax_wa
   begin_dependent_grid();
   using A = acc_t<T>;
   constexpr int kVec = RowsTraits<T>::kVec;
-  // Unaligned rows of more than one vector per lane use whole warps (the host guarantees it); a compile-time
-  // team width turns every element offset into an immediate, which keeps the scalar variant out of spills.
-  // Aligned rows take any team width (short rows: several rows per warp, several vectors per lane).
+  // Unaligned rows of more than one vector per lane use whole warps (the host guarantees it): a compile-time
+  // team width kept the element-wise layout of those rows (before load_group_shifted) out of spills; kept, not
+  // re-measured. Aligned rows take any team width (short rows: several rows per warp, several vectors per lane).
   const int lanes_log2 = (kVpl > 1 && !kAligned) ? 5 : p.lanes_log2;
   const int lanes = 1 << lanes_log2;
   const int li = threadIdx.x & (lanes - 1);
@@ -51,7 +51,12 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? 0 : 3) softmax_wa
     const int64_t offset = valid ? row * p.len : 0;
 
     A v[kVpl][kVec];
-    load_group<T, kVpl, kAligned>(p.x + offset, len, 0, lanes, li, v);
+    const int shift = kAligned ? 0 : misalignment(p.x + offset);
+    if constexpr (kAligned) {
+      load_group<T, kVpl, true>(p.x + offset, len, 0, lanes, li, v);
+    } else {
+      load_group_shifted<T, kVpl>(p.x + offset, len, 0, shift, lanes, li, v);
+    }
     const A local_max = max_of(v);
     // The terms are taken against the lane's own max (online) or the row max (safe).
     const A ref = online ? local_max : warp_allreduce(local_max, MaxOp{}, lanes);
@@ -72,7 +77,11 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? 0 : 3) softmax_wa
     for (int s = 0; s < kVpl; ++s)
 #pragma unroll
       for (int j = 0; j < kVec; ++j) v[s][j] = epi.apply_term(v[s][j]);
-    store_group<T, kVpl, kAligned>(p.y + offset, len, 0, lanes, li, v);
+    if constexpr (kAligned) {
+      store_group<T, kVpl, true>(p.y + offset, len, 0, lanes, li, v);
+    } else {
+      store_group_shifted<T, kVpl>(p.y + offset, len, 0, shift, lanes, li, v);
+    }
   }
 }
 
@@ -80,7 +89,8 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? 0 : 3) softmax_wa
 // Block: blockDim.x = nt threads (multiple of 32, <= 1024). Chunk c of a row covers
 //   aligned: nt * (kVpt + smem_vecs) 16-byte vectors; thread t holds slot s at vector s * nt + t, slots
 //            [0, kVpt) in registers and [kVpt, kVpt + smem_vecs) raw in dynamic shared memory (cp.async),
-//   scalar:  nt * kVpt * kVec elements in registers (smem_vecs is ignored).
+//   unaligned: nt * kVpt 16-byte vectors in registers on the memory's grid, shifted back by the row's
+//            misalignment (load_group_shifted; smem_vecs is ignored).
 // chunks == 1: block-per-row, no workspace. chunks > 1: split-row, always online; each block publishes its
 // chunk's (m, d) and merges the row's partials (reduce_row_state) before normalizing from on-chip data.
 // Bounds (1024, 1): at most 64 registers, so two 512-thread split blocks share an SM; without the explicit 1,
@@ -115,7 +125,12 @@ __global__ void __launch_bounds__(kMaxBlockThreads, 1) softmax_block_rows_kernel
       if (e < p.len) cp_async16(&s_chunk[k * nt + t], x + e);
     }
     A v[kVpt][kVec];
-    load_group<T, kVpt, kAligned>(x, p.len, first, nt, t, v);
+    const int shift = kAligned ? 0 : misalignment(x);
+    if constexpr (kAligned) {
+      load_group<T, kVpt, true>(x, p.len, first, nt, t, v);
+    } else {
+      load_group_shifted<T, kVpt>(x, p.len, first, shift, nt, t, v);
+    }
     A local_max = max_of(v);
     if (smem_vecs > 0) {
       cp_async_wait_all();
@@ -152,7 +167,11 @@ __global__ void __launch_bounds__(kMaxBlockThreads, 1) softmax_block_rows_kernel
 #pragma unroll
       for (int j = 0; j < kVec; ++j) v[s][j] = epi.apply_term(v[s][j]);
     T* y = p.y + row * p.len;
-    store_group<T, kVpt, kAligned>(y, p.len, first, nt, t, v);
+    if constexpr (kAligned) {
+      store_group<T, kVpt, true>(y, p.len, first, nt, t, v);
+    } else {
+      store_group_shifted<T, kVpt>(y, p.len, first, shift, nt, t, v);
+    }
     for (int k = 0; k < smem_vecs; ++k) {
       const int64_t e = first + smem_base + k * smem_stride;
       if (e >= p.len) break;

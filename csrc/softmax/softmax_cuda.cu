@@ -314,17 +314,16 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
   plan.smem = 0;
   const int64_t nv = s.nv;
 
-  // 1. Warp-per-row. Aligned: the fewest lanes (>= 1) that leave each lane >= 2 vectors (logsumexp: 4);
-  //    scalar rows keep whole warps once a lane holds more than one vector (the scalar kernel needs
-  //    compile-time offsets). Why 4 for logsumexp: with no store pass a lane's loads are all it waits for,
-  //    and more of them in flight paid (H100 sweep through the op, 65536x128, NOTES "s32 run 4": fp32 18.3
-  //    -> 16.8 us cold, 14.8 -> 14.4 streamed; bf16 11.7 -> 10.4, 8.5 -> 8.0), where the softmax sweep
-  //    found 2 faster on 128-element bf16 rows.
+  // 1. Warp-per-row: the fewest lanes (>= 1) that leave each lane >= 2 vectors (logsumexp: 4), unaligned rows
+  //    alike since their vectors lie on the memory's grid (their element-wise layout before kept whole warps
+  //    once a lane held more than one vector). Why 4 for logsumexp: with no store pass a lane's loads are all
+  //    it waits for, and more of them in flight paid (H100 sweep through the op, 65536x128, NOTES "s32 run 4":
+  //    fp32 18.3 -> 16.8 us cold, 14.8 -> 14.4 streamed; bf16 11.7 -> 10.4, 8.5 -> 8.0), where the softmax
+  //    sweep found 2 faster on 128-element bf16 rows.
   if (nv <= 32 * Traits::kMaxVpt) {
     plan.kind = RowsKind::Warp;
     const int64_t per_lane = p.output == SoftmaxOutput::LogSumExp ? 4 : 2;
-    plan.lanes = static_cast<int>(s.aligned ? std::clamp<int64_t>(next_pow2(ceil_div(nv, per_lane)), 1, 32)
-                                            : next_pow2(std::min<int64_t>(nv, 32)));
+    plan.lanes = static_cast<int>(std::clamp<int64_t>(next_pow2(ceil_div(nv, per_lane)), 1, 32));
     plan.vpt = static_cast<int>(next_pow2(ceil_div(nv, plan.lanes)));
     return plan;
   }
@@ -561,7 +560,6 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
     }
     if (plan.lanes > 32 || (plan.lanes & (plan.lanes - 1)) != 0) fail("lanes must be a power of two <= 32");
     if (int64_t(plan.lanes) * plan.vpt < nv) fail("lanes * vpt vectors do not hold a row");
-    if (!s.aligned && plan.vpt > 1 && plan.lanes != 32) fail("unaligned rows with vpt > 1 need lanes=32");
     while ((1 << rp.lanes_log2) < plan.lanes) ++rp.lanes_log2;
     launch_warp_rows<T>(rp, plan.vpt, s.aligned, capped_grid(ceil_div(s.rows, kWarpRowsThreads / plan.lanes)),
                         stream);

@@ -31,10 +31,10 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? 0 : 3) softmax_wa
   begin_dependent_grid();
   using A = acc_t<T>;
   constexpr int kVec = RowsTraits<T>::kVec;
-  // Unaligned rows of more than one vector per lane use whole warps (the host guarantees it): a compile-time
-  // team width kept the element-wise layout of those rows (before load_group_shifted) out of spills; kept, not
-  // re-measured. Aligned rows take any team width (short rows: several rows per warp, several vectors per lane).
-  const int lanes_log2 = (kVpl > 1 && !kAligned) ? 5 : p.lanes_log2;
+  // Any team width (short rows: several rows per warp, several vectors per lane), aligned or not: unaligned rows
+  // of more than one vector per lane took whole warps while their layout was element-wise (a compile-time team
+  // width kept it out of spills), and no longer need to.
+  const int lanes_log2 = p.lanes_log2;
   const int lanes = 1 << lanes_log2;
   const int li = threadIdx.x & (lanes - 1);
   const int team = threadIdx.x >> lanes_log2;
@@ -60,7 +60,7 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? 0 : 3) softmax_wa
     const A local_max = max_of(v);
     // The terms are taken against the lane's own max (online) or the row max (safe).
     const A ref = online ? local_max : warp_allreduce(local_max, MaxOp{}, lanes);
-    const A local_sum = sum_rescaled<kAligned && kFastExp<T>>(v, ref, keep_terms);
+    const A local_sum = sum_rescaled<kFastExp<T>>(v, ref, keep_terms);
     OnlineState<A> row_state;
     if (online) {
       row_state = warp_allreduce(OnlineState<A>{ref, local_sum}, MergeOp{}, lanes);
@@ -143,7 +143,7 @@ __global__ void __launch_bounds__(kMaxBlockThreads, 1) softmax_block_rows_kernel
     }
 
     const A ref = online ? local_max : block_allreduce(local_max, MaxOp{}, neg_inf<A>(), s_val);
-    A local_sum = sum_rescaled<kAligned && kFastExp<T>>(v, ref, keep_terms);
+    A local_sum = sum_rescaled<kFastExp<T>>(v, ref, keep_terms);
     for (int k = 0; k < smem_vecs; ++k) {
       if (first + smem_base + k * smem_stride >= p.len) break;
       A w[1][kVec];

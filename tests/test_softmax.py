@@ -228,12 +228,14 @@ def test_unaligned_rows_cuda(dtype, offset):
     # vectors element by element (load_group_shifted): odd lengths, where each row starts at its own
     # misalignment, and an input whose base lies `offset` elements past an aligned address, so that its rows and
     # the fresh output's lie on different grids (element-wise stores) even at lengths that are multiples of 8.
-    # Rows for the warp kernel (7, 100), block rows (1025 to 10007) and rows split over blocks (fewer rows than
-    # SMs: 40_003, 100_000).
+    # Rows for the warp kernel (7, 100), block rows (1025 to 10007), rows split over blocks (fewer rows than
+    # SMs: 40_003, 100_000) and, on sm_90+ at offset 0 (the output on the input's grid), the pipelined kernel's
+    # shifted items (ItemVectors): whole rows over several rounds and a tail launch (400 x 20_001), rows split
+    # into items of several ring pieces (3 x 300_001).
     ops = ((fae.softmax, softmax_ref, torch.softmax), (fae.log_softmax, log_softmax_ref, torch.log_softmax),
            (fae.logsumexp, logsumexp_ref, torch.logsumexp))
     for rows, length in ((33, 7), (65, 100), (17, 1025), (9, 4097), (40, 10007), (5, 4096), (3, 40_003),
-                         (2, 100_000)):
+                         (2, 100_000), (400, 20_001), (3, 300_001)):
         x = make_input((rows * length + offset,), dtype, "cuda")[offset:].view(rows, length)
         assert x.data_ptr() % 16 == offset * x.element_size() % 16
         for op, ref_fn, torch_fn in ops:
@@ -732,8 +734,12 @@ import test_softmax as t
 from reference import softmax_ref, log_softmax_ref, logsumexp_ref
 ops = ((fae.softmax, softmax_ref, torch.softmax), (fae.log_softmax, log_softmax_ref, torch.log_softmax),
        (fae.logsumexp, logsumexp_ref, torch.logsumexp))
+import os
+shapes = ((5, 4096), (200, 8192), (7, 40_000))
+if not os.environ["FAE_SOFTMAX_CONFIG"].startswith("kind=dual"):  # the dual kernel takes aligned rows only
+    shapes += ((5, 4097), (7, 40_003))  # odd lengths: each row's items shifted onto the 16-byte grid
 for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.float64):
-    for shape in ((5, 4096), (200, 8192), (7, 40_000)):
+    for shape in shapes:
         x = t.make_input(shape, dtype, "cuda")
         for op, ref, base in ops:
             t.poison("cuda", x.numel() * x.element_size())

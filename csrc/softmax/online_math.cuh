@@ -325,6 +325,20 @@ template <> struct VecIO<__nv_bfloat16> {
   }
 };
 
+// A vector of -inf of T, as immediates (a packed runtime value would hold 4 registers for the whole loop).
+template <typename T> __device__ __forceinline__ uint4 neg_inf_vector() {
+  if constexpr (std::is_same_v<T, float>) {
+    return make_uint4(0xff800000u, 0xff800000u, 0xff800000u, 0xff800000u);
+  } else if constexpr (std::is_same_v<T, double>) {
+    return make_uint4(0u, 0xfff00000u, 0u, 0xfff00000u);
+  } else if constexpr (std::is_same_v<T, __half>) {
+    return make_uint4(0xfc00fc00u, 0xfc00fc00u, 0xfc00fc00u, 0xfc00fc00u);
+  } else {
+    static_assert(std::is_same_v<T, __nv_bfloat16>, "float, double, half or bfloat16");
+    return make_uint4(0xff80ff80u, 0xff80ff80u, 0xff80ff80u, 0xff80ff80u);
+  }
+}
+
 __device__ __forceinline__ uint4 load16(const void* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
 // One 16-byte store of a packed vector of T. For 16-bit T, NVVM split the plain uint4 assignment into four
 // 32-bit stores (PTX st.global.u32: every vector but the first of the warp kernel, all of the block
@@ -432,12 +446,12 @@ __device__ __forceinline__ void store_group(T* row, int64_t len, int64_t first, 
 // block kernels' groups still move 16-byte vectors, on the memory's 16-byte grid rather than the row's. d is the
 // row's misalignment in elements (row - d is 16-byte aligned); vector s of thread t covers elements
 // first - d + (s * nt + t) * kVec + [0, kVec), so the group spans [first - d, first - d + nt * kN * kVec).
-// Elements outside [0, len) read as -inf and are not stored, and a vector not wholly inside [0, len) (a row's
-// first and last) is read and written element by element: nothing outside the row is touched. Consecutive
-// groups (first += nt * kN * kVec, first a multiple of kVec) partition the row once they span len + d
-// elements; the host counts an unaligned row's vectors as ceil((len + kVec - 1) / kVec) for that. The output
-// row may sit on another grid than the input's (a misaligned input, a fresh output): then every store is
-// element-wise. Why: the element-wise layout (load_group's scalar mapping) moved 16-bit rows at 35-39 % of
+// Elements outside [0, len) read as -inf and are not stored; a vector not wholly inside [0, len) (a row's
+// first and last) is read whole (load_group_shifted says why that is safe) and written element by element:
+// nothing outside the row is written. Consecutive groups (first += nt * kN * kVec, first a multiple of kVec)
+// partition the row once they span len + d elements; the host counts an unaligned row's vectors as
+// ceil((len + kVec - 1) / kVec) for that. The output row may sit on another grid than the input's (a
+// misaligned input, a fresh output): then every store is element-wise. Why: the element-wise layout (load_group's scalar mapping) moved 16-bit rows at 35-39 % of
 // copy on the H200 (bf16 2000x10007, 8192x4097; fp32 70-78 %), and no kernel configuration did better (NOTES
 // "s58 call 6"). The streaming kernels keep the scalar mapping: their chunks are not cut on the vector grid.
 template <typename T> __device__ __forceinline__ int misalignment(const T* p) {
@@ -460,16 +474,26 @@ __device__ __forceinline__ void load_group_shifted(const T* row, int64_t len, in
   using A = acc_t<T>;
   constexpr int kVec = RowsTraits<T>::kVec;
   const ShiftedBounds b(len, first, d);
-  const T* group = row + (first - d);  // 16-byte aligned; dereferenced only inside the row
+  const T* group = row + (first - d);  // 16-byte aligned
   const int stride = nt * kVec;
+  // Every load is issued before any is used: with the unpack inside a per-vector branch (element-wise loads
+  // for the edge vectors) each vector's load waited before the next one issued (s59: bf16 2000x10007 36 us
+  // where the aligned 2000x10000 takes 24). An edge vector is read whole: its 16 bytes lie in one aligned
+  // 16-byte granule that holds an element of the row, so the read stays on the row's pages; the elements
+  // outside the row are replaced by -inf below and never stored.
+  uint4 raw[kN];
 #pragma unroll
   for (int s = 0; s < kN; ++s) {
     const int o = t * kVec + s * stride;
-    if (o >= b.lo && o + kVec <= b.hi) {
-      VecIO<T>::unpack(load16(group + o), v[s]);
-    } else {
+    raw[s] = o + kVec > b.lo && o < b.hi ? load16(group + o) : neg_inf_vector<T>();
+  }
 #pragma unroll
-      for (int j = 0; j < kVec; ++j) v[s][j] = b.inside(o + j) ? to_acc(__ldg(group + o + j)) : neg_inf<A>();
+  for (int s = 0; s < kN; ++s) {
+    const int o = t * kVec + s * stride;
+    VecIO<T>::unpack(raw[s], v[s]);
+    if (o < b.lo || o + kVec > b.hi) {
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) v[s][j] = b.inside(o + j) ? v[s][j] : neg_inf<A>();
     }
   }
 }

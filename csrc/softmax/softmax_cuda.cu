@@ -143,7 +143,8 @@ struct RowsShape {
   size_t smem_optin;     // shared memory one block may opt into
   size_t smem_per_sm;    // shared memory of an SM, all its blocks together
   size_t smem_reserved;  // shared memory the system reserves per resident block
-  bool pipe;      // the pipelined kernel can run: aligned rows, sm_90+ code for this device
+  bool pipe;      // the pipelined kernel can run: sm_90+ code for this device, aligned rows or unaligned ones
+                  // whose output lies on the input's 16-byte grid (ItemVectors)
   bool dual;      // the dual-role kernel can run (the same conditions)
   bool resident;  // the resident kernel can run: the same, for 16-bit types
 };
@@ -442,7 +443,8 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
     // the two timings disagree (s34, bf16 rows of 64 KB: 1584x32768 77.3 vs 76.2 / 78.7 vs 80.1; 10 rows per SM
     // a tie streamed, 1320x32768 66.3 vs 63.3-64.6 / 67.3 vs 67.5; 14 the block kernel's, 1848x32768 88.6 vs 88.1
     // / 90.9 vs 94.2).
-    const bool many_short_whole_rows = sizeof(T) == 2 && per_sm == 2 && chunks == 1 &&
+    // (Unaligned rows stay: the block kernel keeps no part of them in shared memory.)
+    const bool many_short_whole_rows = sizeof(T) == 2 && s.aligned && per_sm == 2 && chunks == 1 &&
                                        s.row_bytes <= 64 * 1024 && s.rows >= 12 * int64_t(s.sms);
     if (chunks > 0 && !many_short_whole_rows) {
       plan.kind = RowsKind::Pipe;
@@ -610,7 +612,7 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
   }
 
   if (plan.kind == RowsKind::Pipe) {
-    if (!s.pipe) fail("the pipelined kernel needs 16-byte aligned rows and sm_90 code for this device");
+    if (!s.pipe) fail("the pipelined kernel needs sm_90 code for this device and an output on the input's grid");
     if (plan.threads == 0) plan.threads = pipe_threads<T>();
     if (plan.threads % 32 != 0 || plan.threads < 32 || plan.threads > kPipeMaxThreads) {
       fail("threads must be a multiple of 32 in [32, 512]");
@@ -625,7 +627,10 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
                      p.output, {}};
     pp.chunk_elems = pipe_chunk_elems<T>(s.len, plan.chunks, pp.ring_pieces);
     pp.chunks = static_cast<int>(ceil_div(s.len, pp.chunk_elems));  // rounding may leave fewer chunks
-    if (ceil_div(pp.chunk_elems, pp.piece_elems) > pp.ring_pieces) fail("a chunk does not fit the ring");
+    // (an unaligned row's items take up to one more vector in the ring: ItemVectors)
+    if (ceil_div(pp.chunk_elems + (s.aligned ? 0 : kVec), pp.piece_elems) > pp.ring_pieces) {
+      fail("a chunk does not fit the ring");
+    }
     const int per_sm = pipe_blocks_per_sm<T>(plan.threads, pipe_smem_bytes(pp));
     if (per_sm < 1) fail("the block cannot be resident");
     const int64_t capacity = int64_t(std::min(per_sm, blocks_per_sm)) * s.sms;
@@ -746,7 +751,10 @@ template <typename T> void softmax_cuda_typed(const SoftmaxProblem& p, cudaStrea
               false,
               false,
               false};
-  s.pipe = s.aligned && pipe_supported<T>();
+  // Unaligned rows go to the pipelined kernel when the output's 16-byte grid is the input's (both fresh
+  // tensors: the allocator aligns them alike), so one shift per item aligns both its copies and its stores.
+  const bool same_grid = (reinterpret_cast<uintptr_t>(x) & 15) == (reinterpret_cast<uintptr_t>(y) & 15);
+  s.pipe = (s.aligned || same_grid) && pipe_supported<T>();
   s.dual = s.aligned && dual_supported<T>();
   if constexpr (sizeof(T) == 2) s.resident = s.aligned && resident_supported<T>();
   const RowsPlan* forced = forced_rows_plan();

@@ -60,20 +60,6 @@ __device__ __forceinline__ uint4 opaque(uint4 r) {
   return r;
 }
 
-// A vector of -inf of T, as immediates (a packed runtime value would hold 4 registers for the whole loop).
-template <typename T> __device__ __forceinline__ uint4 neg_inf_vector() {
-  if constexpr (std::is_same_v<T, float>) {
-    return make_uint4(0xff800000u, 0xff800000u, 0xff800000u, 0xff800000u);
-  } else if constexpr (std::is_same_v<T, double>) {
-    return make_uint4(0u, 0xfff00000u, 0u, 0xfff00000u);
-  } else if constexpr (std::is_same_v<T, __half>) {
-    return make_uint4(0xfc00fc00u, 0xfc00fc00u, 0xfc00fc00u, 0xfc00fc00u);
-  } else {
-    static_assert(std::is_same_v<T, __nv_bfloat16>, "float, double, half or bfloat16");
-    return make_uint4(0xff80ff80u, 0xff80ff80u, 0xff80ff80u, 0xff80ff80u);
-  }
-}
-
 // The max of vectors [first, first + count) of a thread's 16-bit vectors, compared as packed pairs (HMNMX2, NaN
 // ignored as fmaxf does): unpacking all 128 values here let the compiler keep them for the passes below, and spill.
 template <typename T>

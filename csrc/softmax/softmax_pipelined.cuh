@@ -23,6 +23,38 @@ __device__ __forceinline__ void bulk_load(void* dst, const void* src, unsigned b
 }
 #endif
 
+// An item's place in the ring: its elements [begin, end) of its row, read from `shift` elements before its
+// first one so that every bulk copy starts on the 16-byte grid the copies need. Aligned rows have shift 0;
+// an unaligned row (odd length, or a base off the grid; the host takes it here only when the output lies on
+// the input's grid, so the same shift aligns the stores) starts up to kVec - 1 elements in. The ring then holds
+// vecs 16-byte vectors, of which [lo, hi) lie wholly in the item: the first (when shift > 0) and the last (when
+// the item ends off the grid) are edges, read whole (the extra elements lie in the same 16-byte granules as the
+// item's own, so the copies stay on its pages), folded with -inf in place of the elements outside the item and
+// stored element by element (fold_edges, store_edges): nothing outside the item is written.
+template <typename T> struct ItemVectors {
+  static constexpr int kVec = 16 / static_cast<int>(sizeof(T));
+  int shift;
+  int length;  // elements of the item
+  int vecs;    // ring vectors, from the item's first element less shift
+  int lo;
+  int hi;
+  __device__ __forceinline__ ItemVectors(const T* first, int64_t begin, int64_t end) {
+    shift = static_cast<int>((reinterpret_cast<uintptr_t>(first) & 15) / sizeof(T));
+    length = static_cast<int>(end - begin);
+    vecs = (shift + length + kVec - 1) / kVec;
+    lo = shift > 0 ? 1 : 0;
+    hi = max(lo, (shift + length) % kVec == 0 ? vecs : vecs - 1);
+  }
+  __device__ __forceinline__ int elems() const { return vecs * kVec; }
+  // The edges of the item: vector 0 when lo == 1, vector vecs - 1 when it is not also vector 0 and hi < vecs.
+  __device__ __forceinline__ bool head_edge() const { return lo == 1; }
+  __device__ __forceinline__ bool tail_edge() const { return hi < vecs && vecs - 1 >= lo; }
+  __device__ __forceinline__ bool inside(int v, int j) const {
+    const int e = v * kVec + j;
+    return e >= shift && e < shift + length;
+  }
+};
+
 // The producer: one thread's cursor over its team's items (first, first + step, ...) and their pieces.
 template <typename T> struct Producer {
   int64_t item;
@@ -43,10 +75,12 @@ template <typename T> struct Producer {
     while (outstanding < p.ring_pieces && item < items && (window == 0 || in_flight < window)) {
       ++in_flight;
       const RowChunk span(item, p.chunks, p.chunk_elems, p.len);
-      const int length = static_cast<int>(span.end - span.begin);
+      const T* src = p.x + span.row * p.len + span.begin;
+      const ItemVectors<T> iv(src, span.begin, span.end);
+      const int length = iv.elems();
       const int first = piece * p.piece_elems;
       const int n = min(p.piece_elems, length - first);
-      bulk_load(ring + static_cast<int64_t>(slot) * piece_vecs, p.x + span.row * p.len + span.begin + first,
+      bulk_load(ring + static_cast<int64_t>(slot) * piece_vecs, src - iv.shift + first,
                 static_cast<unsigned>(n) * sizeof(T), bars + slot);
       if (++slot == p.ring_pieces) slot = 0;
       ++outstanding;
@@ -112,17 +146,18 @@ __device__ __forceinline__ auto output_term(const Epilogue<acc_t<T>>& epi, acc_t
   }
 }
 
-// The store pass of an item held in the ring (its vectors from slot offset `base`, wrapping at ring_vecs),
-// each element mapped by output_term. Stores are evict-first for 16-bit types always and for every type with
-// kEvictFirst (the dual kernel's ring role).
+// The store pass of an item held in the ring (its vectors from slot offset `base`, wrapping at ring_vecs;
+// y: where ring vector 0 goes, shift elements before the item's output), each element mapped by
+// output_term: vectors [lo, hi) whole, the edges (ItemVectors) element by element by thread 0. Stores are
+// evict-first for 16-bit types always and for every type with kEvictFirst (the dual kernel's ring role).
 template <typename T, bool kSoftmax, bool kEvictFirst>
-__device__ __forceinline__ void store_item(T* y, const uint4* ring, int base, int ring_vecs, int nvec, int t, int nt,
-                                           const Epilogue<acc_t<T>>& epi, acc_t<T> row_max) {
+__device__ __forceinline__ void store_item(T* y, const uint4* ring, int base, int ring_vecs, const ItemVectors<T>& iv,
+                                           int t, int nt, const Epilogue<acc_t<T>>& epi, acc_t<T> row_max) {
   using A = acc_t<T>;
   constexpr int kVec = 16 / static_cast<int>(sizeof(T));
   const auto term = output_term<T, kSoftmax>(epi, row_max);
 #pragma unroll kPipeGroup
-  for (int v = t; v < nvec; v += nt) {
+  for (int v = iv.lo + t; v < iv.hi; v += nt) {
     const int i = base + v;
     A w[kVec];
     VecIO<T>::unpack(ring[i >= ring_vecs ? i - ring_vecs : i], w);
@@ -139,6 +174,41 @@ __device__ __forceinline__ void store_item(T* y, const uint4* ring, int base, in
       store16(y + static_cast<int64_t>(v) * kVec, VecIO<T>::pack(w));
     }
   }
+  if (t == 0 && (iv.head_edge() || iv.tail_edge())) {
+    const int edge[2] = {0, iv.vecs - 1};
+    const bool on[2] = {iv.head_edge(), iv.tail_edge()};
+#pragma unroll
+    for (int g = 0; g < 2; ++g) {
+      if (!on[g]) continue;
+      const int i = base + edge[g];
+      A w[kVec];
+      VecIO<T>::unpack(ring[i >= ring_vecs ? i - ring_vecs : i], w);
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) {
+        if (iv.inside(edge[g], j)) y[static_cast<int64_t>(edge[g]) * kVec + j] = from_acc<T>(term(w[j]));
+      }
+    }
+  }
+}
+
+// Folds the item's edges (ItemVectors), the elements outside it as -inf, into st: thread 0's part of the
+// reduction beside its vectors [lo, hi).
+template <typename T>
+__device__ __forceinline__ void fold_edges(OnlineState<acc_t<T>>& st, const uint4* ring, int base, int ring_vecs,
+                                           const ItemVectors<T>& iv) {
+  using A = acc_t<T>;
+  constexpr int kVec = 16 / static_cast<int>(sizeof(T));
+  const int edge[2] = {0, iv.vecs - 1};
+  const bool on[2] = {iv.head_edge(), iv.tail_edge()};
+  A w[2][kVec];
+#pragma unroll
+  for (int g = 0; g < 2; ++g) {
+    const int i = base + edge[g];
+    VecIO<T>::unpack(ring[i >= ring_vecs ? i - ring_vecs : i], w[g]);
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) w[g][j] = on[g] && iv.inside(edge[g], j) ? w[g][j] : neg_inf<A>();
+  }
+  fold<T>(st, w);
 }
 
 // A signal from ring_items to threads waiting on a named barrier: the team arrives once on `barrier`
@@ -186,9 +256,8 @@ __device__ __forceinline__ void ring_items(const PipeParams<T>& p, int64_t first
   unsigned phase = 0;
   for (int64_t item = first_item; item < items; item += step) {
     const RowChunk span(item, p.chunks, p.chunk_elems, p.len);
-    const int length = static_cast<int>(span.end - span.begin);
-    const int pieces = (length + p.piece_elems - 1) / p.piece_elems;
-    const int nvec = length / kVec;
+    const ItemVectors<T> iv(p.x + span.row * p.len + span.begin, span.begin, span.end);
+    const int pieces = (iv.elems() + p.piece_elems - 1) / p.piece_elems;
     const int base = slot * piece_vecs;
 
     OnlineState<A> state = empty_state<A>();
@@ -203,13 +272,16 @@ __device__ __forceinline__ void ring_items(const PipeParams<T>& p, int64_t first
         }
       }
       const uint4* piece = ring + slot * piece_vecs;
-      const int n = min(piece_vecs, nvec - k * piece_vecs);
-      for (int j = t; j < n; j += kPipeGroup * nt) fold_group<T>(state, piece, j, nt, n);
+      // The piece's vectors that lie wholly in the item: all of them but an edge (ItemVectors).
+      const int lo = max(iv.lo - k * piece_vecs, 0);
+      const int hi = min(iv.hi - k * piece_vecs, piece_vecs);
+      for (int j = lo + t; j < hi; j += kPipeGroup * nt) fold_group<T>(state, piece, j, nt, hi);
       if (++slot == p.ring_pieces) {
         slot = 0;
         phase ^= 1;
       }
     }
+    if (t == 0 && (iv.head_edge() || iv.tail_edge())) fold_edges<T>(state, ring, base, ring_vecs, iv);
     if (item == first_item && pieces <= start.piece) start.arrive();
     FAE_PHASE_STAMP(t, 0, (item - first_item) / step, 1);
     const OnlineState<A> row_state = reduce_row_state(p.exchange, p.chunks, span.row, item, state, scratch, team);
@@ -220,11 +292,11 @@ __device__ __forceinline__ void ring_items(const PipeParams<T>& p, int64_t first
       if (t == 0 && span.begin == 0) p.y[span.row] = from_acc<T>(row_lse(row_state));
     } else {
       const Epilogue<A> epi(out, row_state, row_state.m);
-      T* y = p.y + span.row * p.len + span.begin;
+      T* y = p.y + span.row * p.len + span.begin - iv.shift;
       if (out == SoftmaxOutput::Softmax) {
-        store_item<T, true, kEvictFirst>(y, ring, base, ring_vecs, nvec, t, nt, epi, row_state.m);
+        store_item<T, true, kEvictFirst>(y, ring, base, ring_vecs, iv, t, nt, epi, row_state.m);
       } else {
-        store_item<T, false, kEvictFirst>(y, ring, base, ring_vecs, nvec, t, nt, epi, row_state.m);
+        store_item<T, false, kEvictFirst>(y, ring, base, ring_vecs, iv, t, nt, epi, row_state.m);
       }
     }
 

@@ -190,7 +190,7 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
 #pragma unroll
   for (int s = 0; s < kRegVecs; ++s) {
     const int v = s * kThreads + t;
-    raw[s] = kWhole || v < reg_vecs ? load16_policy(xr + v, evict_first) : dual::neg_inf_vector<T>();
+    raw[s] = kWhole || v < reg_vecs ? load16_policy(xr + v, evict_first) : neg_inf_vector<T>();
   }
   if (t == 0) {
     for (int k = 0; k < pieces; ++k) {
@@ -214,7 +214,7 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
 #pragma unroll
     for (int i = 0; i < kL2Group; ++i) {
       const int v = (index * kL2Group + i) * kThreads + t;
-      g[i] = kWhole || v < l2_vecs ? load16_policy(xl + v, evict_last) : dual::neg_inf_vector<T>();
+      g[i] = kWhole || v < l2_vecs ? load16_policy(xl + v, evict_last) : neg_inf_vector<T>();
     }
   };
   const auto fold_piece = [&](int k) {
@@ -223,7 +223,7 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int idx = k * kPieceVecs + i * kThreads + t;
-      v[i] = kWhole || idx < smem_vecs ? held[idx] : dual::neg_inf_vector<T>();
+      v[i] = kWhole || idx < smem_vecs ? held[idx] : neg_inf_vector<T>();
     }
     fold_vectors<T>(st, v);
   };

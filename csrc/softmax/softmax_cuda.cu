@@ -315,16 +315,17 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
   plan.smem = 0;
   const int64_t nv = s.nv;
 
-  // 1. Warp-per-row: the fewest lanes (>= 1) that leave each lane >= 2 vectors (logsumexp: 4), unaligned rows
-  //    alike (the staged kernel: a lane holds as many values of the row as of an aligned one, counted by the
-  //    row's own vectors, ceil(len / kVec)). Why 4 for logsumexp: with no store pass a lane's loads are all
-  //    it waits for, and more of them in flight paid (H100 sweep through the op, 65536x128, NOTES "s32 run 4":
-  //    fp32 18.3 -> 16.8 us cold, 14.8 -> 14.4 streamed; bf16 11.7 -> 10.4, 8.5 -> 8.0), where the softmax
-  //    sweep found 2 faster on 128-element bf16 rows.
+  // 1. Warp-per-row. Aligned: the fewest lanes (>= 1) that leave each lane >= 2 vectors (logsumexp: 4);
+  //    scalar rows keep whole warps once a lane holds more than one vector (the scalar kernel needs
+  //    compile-time offsets); both count the row's own vectors, ceil(len / kVec). Why 4 for logsumexp: with
+  //    no store pass a lane's loads are all it waits for, and more of them in flight paid (H100 sweep through
+  //    the op, 65536x128, NOTES "s32 run 4": fp32 18.3 -> 16.8 us cold, 14.8 -> 14.4 streamed; bf16 11.7 ->
+  //    10.4, 8.5 -> 8.0), where the softmax sweep found 2 faster on 128-element bf16 rows.
   if (const int64_t row_vecs = ceil_div(s.len, Traits::kVec); row_vecs <= 32 * Traits::kMaxVpt) {
     plan.kind = RowsKind::Warp;
     const int64_t per_lane = p.output == SoftmaxOutput::LogSumExp ? 4 : 2;
-    plan.lanes = static_cast<int>(std::clamp<int64_t>(next_pow2(ceil_div(row_vecs, per_lane)), 1, 32));
+    plan.lanes = static_cast<int>(s.aligned ? std::clamp<int64_t>(next_pow2(ceil_div(row_vecs, per_lane)), 1, 32)
+                                            : next_pow2(std::min<int64_t>(row_vecs, 32)));
     plan.vpt = static_cast<int>(next_pow2(ceil_div(row_vecs, plan.lanes)));
     return plan;
   }
@@ -555,7 +556,7 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
   if (plan.vpt == kVptLarge) plan.vpt = Traits::kMaxVpt;
 
   if (plan.kind == RowsKind::Warp) {
-    const int64_t row_vecs = ceil_div(s.len, kVec);  // unaligned rows too (the staged kernel)
+    const int64_t row_vecs = ceil_div(s.len, kVec);  // (s.nv counts an unaligned row's shifted vectors)
     if (plan.vpt != 1 && plan.vpt != 2 && plan.vpt != 4 && plan.vpt != 8) fail("vpt must be 1, 2, 4 or 8");
     if (plan.vpt > Traits::kMaxVpt) fail("vpt above this dtype's largest compiled warp kernel");
     if (plan.lanes == 0) {
@@ -563,6 +564,7 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
     }
     if (plan.lanes > 32 || (plan.lanes & (plan.lanes - 1)) != 0) fail("lanes must be a power of two <= 32");
     if (int64_t(plan.lanes) * plan.vpt < row_vecs) fail("lanes * vpt vectors do not hold a row");
+    if (!s.aligned && plan.vpt > 1 && plan.lanes != 32) fail("unaligned rows with vpt > 1 need lanes=32");
     while ((1 << rp.lanes_log2) < plan.lanes) ++rp.lanes_log2;
     launch_warp_rows<T>(rp, plan.vpt, s.aligned, capped_grid(ceil_div(s.rows, kWarpRowsThreads / plan.lanes)),
                         stream);

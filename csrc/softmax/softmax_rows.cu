@@ -14,11 +14,11 @@ namespace {
 template <typename T> using RowsKernel = void (*)(RowsParams<T>);
 
 // safe_softmax: the aligned instantiation specialized for softmax with the max-then-sum reduction
-// (softmax_warp_rows_kernel's kSafeSoftmax); unaligned rows take the staged kernel.
+// (softmax_warp_rows_kernel's kSafeSoftmax); scalar rows keep the general one.
 template <typename T, int kVpl> RowsKernel<T> warp_kernel(bool aligned, bool safe_softmax) {
   if constexpr (kVpl <= RowsTraits<T>::kMaxVpt) {
-    if (!aligned) return softmax_staged_rows_kernel<T, kVpl>;
-    return safe_softmax ? softmax_warp_rows_kernel<T, kVpl, true> : softmax_warp_rows_kernel<T, kVpl>;
+    if (!aligned) return softmax_warp_rows_kernel<T, kVpl, false>;
+    return safe_softmax ? softmax_warp_rows_kernel<T, kVpl, true, true> : softmax_warp_rows_kernel<T, kVpl, true>;
   } else {
     return nullptr;
   }
@@ -54,13 +54,8 @@ template <typename T> RowsKernel<T> select_block_kernel(int vpt, bool aligned) {
 template <typename T>
 void launch_warp_rows(const RowsParams<T>& p, int vpl, bool aligned, int grid, cudaStream_t stream) {
   const bool safe_softmax = p.output == SoftmaxOutput::Softmax && !p.online;
-  // The staged kernel's span: the block's rows and one more vector (at most 32 KB + 16: lanes * vpl vectors
-  // hold a row, so 256 lanes' vectors hold the span).
-  const size_t span = size_t(kWarpRowsThreads >> p.lanes_log2) * p.len * sizeof(T);
-  const size_t smem = aligned ? 0 : (span + 15) / 16 * 16 + 16;
-  const RowsKernel<T> k = select_warp_kernel<T>(vpl, aligned, safe_softmax);
-  allow_dynamic_smem(k, smem);
-  launch_kernel(k, grid, kWarpRowsThreads, smem, stream, LaunchKind::Plain, p);
+  launch_kernel(select_warp_kernel<T>(vpl, aligned, safe_softmax), grid, kWarpRowsThreads, 0, stream,
+                LaunchKind::Plain, p);
 }
 
 template <typename T> int block_rows_blocks_per_sm(int vpt, bool aligned, int threads, size_t smem_bytes) {

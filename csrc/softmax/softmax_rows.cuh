@@ -17,9 +17,9 @@ namespace softmax {
 
 // A team's row held in v (kVpl vectors of kVec values per lane, -inf where the row has no element): the row's
 // reduction across the team's `lanes` lanes (xor-shuffles) and, unless the output is logsumexp, the epilogue,
-// which leaves the outputs in v. Every thread's local max comes first and exp(x - local max) stays in v, so
+// which leaves the outputs in v. kFast: the sum's terms by the 16-bit fast exponential (ShiftedExp). Every thread's local max comes first and exp(x - local max) stays in v, so
 // softmax costs one exponential per element whichever reduction runs.
-template <typename T, int kVpl>
+template <typename T, int kVpl, bool kFast>
 __device__ __forceinline__ OnlineState<acc_t<T>> team_row(acc_t<T> (&v)[kVpl][RowsTraits<T>::kVec], int lanes,
                                                           SoftmaxOutput output, bool online) {
   using A = acc_t<T>;
@@ -27,7 +27,7 @@ __device__ __forceinline__ OnlineState<acc_t<T>> team_row(acc_t<T> (&v)[kVpl][Ro
   const A local_max = max_of(v);
   // The terms are taken against the lane's own max (online) or the row max (safe).
   const A ref = online ? local_max : warp_allreduce(local_max, MaxOp{}, lanes);
-  const A local_sum = sum_rescaled<kFastExp<T>>(v, ref, output == SoftmaxOutput::Softmax);
+  const A local_sum = sum_rescaled<kFast>(v, ref, output == SoftmaxOutput::Softmax);
   OnlineState<A> row_state;
   if (online) {
     row_state = warp_allreduce(OnlineState<A>{ref, local_sum}, MergeOp{}, lanes);
@@ -44,24 +44,35 @@ __device__ __forceinline__ OnlineState<acc_t<T>> team_row(acc_t<T> (&v)[kVpl][Ro
   return row_state;
 }
 
-// Warp-per-row, aligned rows. Block: 256 threads = 8 warps; a team of 2^p.lanes_log2 lanes (a power of two,
-// aligned within the warp) owns one row, so a block owns 256 / lanes consecutive rows and walks row groups
+// Warp-per-row. Block: 256 threads = 8 warps; a team of 2^p.lanes_log2 lanes (a power of two, aligned
+// within the warp) owns one row, so a block owns 256 / lanes consecutive rows and walks row groups
 // grid-stride. Each lane holds kVpl vectors of kVec elements: len <= lanes * kVpl * kVec. Reductions are
 // xor-shuffles inside the team. Teams past the last row run the shuffles (the warp must) but touch no memory.
+// Unaligned rows (a length that is not a multiple of kVec, or a base off the 16-byte grid) take load_group's
+// element-wise layout. Why not vectors on the memory's grid as the block kernel does (load_group_shifted):
+// such a row may need one more vector than its length fills, which doubled the vectors per lane of 127-element
+// fp32 rows (65536x127: 35.7 us against 23.9 element-wise on the H200), and staging a block's rows through
+// shared memory as one span ran slower still (fp32 32.0 us, 65536x129 46.7, 16384x1023 57.2; NOTES "s59 call
+// 3"). Register bound: ptxas left alone keeps the vector variants spill-free at <= 48 registers, but spilled
+// the 32-scalar variants; 3 blocks per SM (<= 80 registers) keeps those out of local memory.
 // kSafeSoftmax: launched only for softmax with the max-then-sum reduction (what "auto" runs on these rows),
 // so neither the output nor the reduction is a run-time choice. Why: in a one-wave call every instruction
 // between the loads and the stores shows, and the run-time choices (the online branch, the output's selects
 // and paths) nearly double the body: bf16, 2 vectors per lane, 488 SASS instructions against 280 (sm_90a).
 // H100 probe s25, bf16 65536x128: 12.6-12.8 us against 12.8-13.2 (a same-size copy 12.2-12.4).
-template <typename T, int kVpl, bool kSafeSoftmax = false>
-__global__ void __launch_bounds__(kWarpRowsThreads) softmax_warp_rows_kernel(const RowsParams<T> p) {
+template <typename T, int kVpl, bool kAligned, bool kSafeSoftmax = false>
+__global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? 0 : 3) softmax_warp_rows_kernel(const RowsParams<T> p) {
   begin_dependent_grid();
   using A = acc_t<T>;
   constexpr int kVec = RowsTraits<T>::kVec;
-  const int lanes = 1 << p.lanes_log2;
+  // Unaligned rows of more than one vector per lane use whole warps (the host guarantees it); a compile-time
+  // team width turns every element offset into an immediate, which keeps the scalar variant out of spills.
+  // Aligned rows take any team width (short rows: several rows per warp, several vectors per lane).
+  const int lanes_log2 = (kVpl > 1 && !kAligned) ? 5 : p.lanes_log2;
+  const int lanes = 1 << lanes_log2;
   const int li = threadIdx.x & (lanes - 1);
-  const int team = threadIdx.x >> p.lanes_log2;
-  const int rows_per_block = kWarpRowsThreads >> p.lanes_log2;
+  const int team = threadIdx.x >> lanes_log2;
+  const int rows_per_block = kWarpRowsThreads >> lanes_log2;
   const SoftmaxOutput output = kSafeSoftmax ? SoftmaxOutput::Softmax : p.output;
   const bool online = kSafeSoftmax ? false : p.online;
 
@@ -73,96 +84,13 @@ __global__ void __launch_bounds__(kWarpRowsThreads) softmax_warp_rows_kernel(con
     const int64_t offset = valid ? row * p.len : 0;
 
     A v[kVpl][kVec];
-    load_group<T, kVpl, true>(p.x + offset, len, 0, lanes, li, v);
-    const OnlineState<A> row_state = team_row<T, kVpl>(v, lanes, output, online);
+    load_group<T, kVpl, kAligned>(p.x + offset, len, 0, lanes, li, v);
+    const OnlineState<A> row_state = team_row<T, kVpl, kAligned && kFastExp<T>>(v, lanes, output, online);
     if (output == SoftmaxOutput::LogSumExp) {
       if (valid && li == 0) p.y[row] = from_acc<T>(row_lse(row_state));
       continue;
     }
-    store_group<T, kVpl, true>(p.y + offset, len, 0, lanes, li, v);
-  }
-}
-
-// Warp-per-row, unaligned rows (a length that is not a multiple of kVec, or a base off the 16-byte grid):
-// teams as in softmax_warp_rows_kernel, but the block's rows move through shared memory as one contiguous
-// span, 16-byte vectors on the memory's grid both ways. Why: such rows start at a different misalignment each,
-// and moving each row by itself took element-wise accesses (bf16 65536x127 19.3 us on the H200 where the
-// aligned 65536x128 takes 10.0) or, vectors on the grid per row, up to one more vector per row, which doubled
-// the vectors per lane of 127-element fp32 rows (35.7 us; NOTES "s59 call 2").
-// Dynamic shared memory: rows_per_block * len elements and one more 16-byte vector (the span's shift d).
-// The span's first and last vectors are read whole: their 16 bytes lie in one aligned granule that holds an
-// element of the span, so the read stays on its pages; elements outside the span are never stored. A lane's
-// values from the staged row are element j of vector s = (s * kVec + j) * lanes + li (consecutive lanes,
-// consecutive elements: no bank conflicts). Output stores are 16-byte vectors where the output lies on the
-// input's grid (fresh tensors), element-wise else. Bounds (256, 3): at most 80 registers, as for the element-wise
-// warp kernel before it (ptxas left alone spilled its 32-value variants).
-template <typename T, int kVpl>
-__global__ void __launch_bounds__(kWarpRowsThreads, 3) softmax_staged_rows_kernel(const RowsParams<T> p) {
-  begin_dependent_grid();
-  using A = acc_t<T>;
-  constexpr int kVec = RowsTraits<T>::kVec;
-  extern __shared__ uint4 stage[];
-  const T* staged = reinterpret_cast<const T*>(stage);
-  const int lanes = 1 << p.lanes_log2;
-  const int li = threadIdx.x & (lanes - 1);
-  const int team = threadIdx.x >> p.lanes_log2;
-  const int rows_per_block = kWarpRowsThreads >> p.lanes_log2;
-  const int len = static_cast<int>(p.len);  // <= lanes * kVpl * kVec
-
-  for (int64_t first_row = static_cast<int64_t>(blockIdx.x) * rows_per_block; first_row < p.rows;
-       first_row += static_cast<int64_t>(gridDim.x) * rows_per_block) {
-    const int rows = static_cast<int>(min(static_cast<int64_t>(rows_per_block), p.rows - first_row));
-    const int n = rows * len;
-    const T* x = p.x + first_row * p.len;
-    const int d = misalignment(x);
-    const int span_vecs = (d + n + kVec - 1) / kVec;
-    const uint4* src = reinterpret_cast<const uint4*>(x - d);
-#pragma unroll 4
-    for (int i = threadIdx.x; i < span_vecs; i += kWarpRowsThreads) stage[i] = load16(src + i);
-    __syncthreads();
-
-    const bool valid = team < rows;
-    const int row_begin = d + team * len;
-    A v[kVpl][kVec];
-#pragma unroll
-    for (int s = 0; s < kVpl; ++s)
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) {
-        const int e = (s * kVec + j) * lanes + li;
-        v[s][j] = valid && e < len ? to_acc(staged[row_begin + e]) : neg_inf<A>();
-      }
-    const OnlineState<A> row_state = team_row<T, kVpl>(v, lanes, p.output, p.online);
-    if (p.output == SoftmaxOutput::LogSumExp) {
-      if (valid && li == 0) p.y[first_row + team] = from_acc<T>(row_lse(row_state));
-      __syncthreads();  // every team has read its row before the next span lands
-      continue;
-    }
-    __syncthreads();  // every team has read its row before any overwrites it with outputs
-    T* out = reinterpret_cast<T*>(stage);
-#pragma unroll
-    for (int s = 0; s < kVpl; ++s)
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) {
-        const int e = (s * kVec + j) * lanes + li;
-        if (valid && e < len) out[row_begin + e] = from_acc<T>(v[s][j]);
-      }
-    __syncthreads();
-    T* y = p.y + first_row * p.len;
-    if (misalignment(y) == d) {
-      uint4* dst = reinterpret_cast<uint4*>(y - d);
-      for (int i = threadIdx.x; i < span_vecs; i += kWarpRowsThreads) {
-        if (i * kVec >= d && (i + 1) * kVec <= d + n) {
-          store16(reinterpret_cast<T*>(dst + i), stage[i]);
-        } else {
-          for (int j = max(d - i * kVec, 0); j < min(kVec, d + n - i * kVec); ++j) {
-            reinterpret_cast<T*>(dst + i)[j] = out[i * kVec + j];
-          }
-        }
-      }
-    } else {
-      for (int e = threadIdx.x; e < n; e += kWarpRowsThreads) y[e] = out[d + e];
-    }
-    __syncthreads();  // the stores have read the span before the next one lands
+    store_group<T, kVpl, kAligned>(p.y + offset, len, 0, lanes, li, v);
   }
 }
 

@@ -288,6 +288,23 @@ template <typename T> int stream_steps_per_chunk(int64_t len) {
   return static_cast<int>(std::max<int64_t>(4, ceil_div(steps, 1024)));
 }
 
+// Whether "auto" gives unaligned rows beyond 512 threads (on the output's grid) the pipelined kernel rather than
+// the split kernel: softmax and log_softmax (logsumexp keeps its own plans), tensors of >= 16 MiB, rows of
+// <= 128 KiB or fewer than one per 8 SMs. H200 sweep through the op, s59 call 4, pipelined vs split (256
+// threads, large registers), us, cold / streamed: bf16 1024x32767 48.0 / 47.3 vs 64.2 streamed, 1024x50257
+// 90.3 / 88.3 vs 89.9 / 89.8, 8x4194303 63.7 / 64.0 vs 87.2 streamed, fp32 1024x32767 96.8 / 95.4 vs 102.6 /
+// 104.6, 8x4194303 118 / 119 vs 151 / 154; split faster: bf16 300x73727 41.9 / 42.0 vs 41.0 / 40.6, 64x100003
+// 16.4 / 14.9 vs 15.6 / 14.3, 7x40003 12.9 / 9.4 vs 8.1 / 4.8 (small split), fp32 1024x50257 168 / 168 vs 152 /
+// 156, 300x73727 76.4 / 77.7 vs 71.3 / 71.4, 128x262143 113 / 113 vs 109 / 112.5, 64x100003 30.3 / 29.0 vs
+// 26.7 / 27.0, 7x40003 9.6 / 7.0 vs 8.9 / 6.0 (small split). The one miss: bf16 128x262143, 54.6 / 54.3
+// pipelined vs 60.5 streamed split.
+constexpr int64_t kUnalignedPipeMinBytes = int64_t(16) << 20;
+constexpr int64_t kUnalignedPipeMaxRowBytes = 128 * 1024;
+bool unaligned_pipe_rows(const SoftmaxProblem& p, const RowsShape& s) {
+  return p.output != SoftmaxOutput::LogSumExp && s.rows * s.row_bytes >= kUnalignedPipeMinBytes &&
+         (s.row_bytes <= kUnalignedPipeMaxRowBytes || s.rows * 8 <= s.sms);
+}
+
 // The whole kernel choice. Rows (inner == 1), with nv = len / kVec 16-byte vectors per row:
 //  1. warp-per-row       nv <= 32 * kMaxVpt (1024 fp32 / fp16 / bf16 elements, 512 doubles), any algorithm;
 //                        aligned rows get >= 2 vectors per lane where the row has them (teams of < 32 lanes
@@ -307,7 +324,7 @@ template <typename T> int stream_steps_per_chunk(int64_t len) {
 // rows split over two or more rounds of items and for whole rows where rows fill the SMs (fp32 up to 192 KB,
 // 16-bit 80-128 KB), else the pipelined kernel (0.), whole or split into chunks (pipe_chunks), one or two
 // blocks per SM, except many 16-bit whole rows of <= 64 KB (2b.); logsumexp there takes the streaming reduce
-// (4.) instead.
+// (4.) instead. Unaligned rows on the output's grid take the pipelined kernel where unaligned_pipe_rows says.
 // FAE_SOFTMAX_CONFIG (softmax_plan.h) replaces this choice for benchmarks.
 template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const RowsShape& s) {
   using Traits = RowsTraits<T>;
@@ -356,7 +373,10 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
   //     512x131072 110 vs 118-120, fp16 alike. 16-bit whole rows of 80-128 KB too since s33 (below; s18 had 2048x65536
   //     at 219 vs 200 with 16 register-role loads in flight), the shorter ones stay pipelined, and fp64 rows (its dual
   //     kernel spills; not timed).
-  if (auto_alg && s.pipe && threads > kSplitThreads) {
+  // Unaligned rows (s.pipe: the output on the input's grid) take the pipelined kernel only where it beat the
+  // split kernel, which also moves them as 16-byte vectors (load_group_shifted), and the dual and resident
+  // kernels take aligned rows only: tensors of >= 16 MiB whose rows are <= 128 KiB or few (unaligned_pipe_rows).
+  if (auto_alg && s.pipe && (s.aligned || unaligned_pipe_rows(p, s)) && threads > kSplitThreads) {
     // logsumexp keeps nothing for a store pass, so nothing need stay on chip: the streaming reduce (many
     // small blocks, all of the SM's warps folding) against the best of the pipelined and dual plans (one
     // block of 4-8 folding warps per ring), H100 sweep through the op, cold (NOTES "22a594a"): bf16

@@ -87,10 +87,10 @@ template <typename T> struct Producer {
       const RowChunk span(item, p.chunks, p.chunk_elems, p.len);
       const T* src = p.x + span.row * p.len + span.begin;
       const ItemVectors<T> iv(src, span.begin, span.end, kShifted);
-      const int length = kShifted ? iv.elems() : static_cast<int>(span.end - span.begin);
+      const int length = iv.elems();
       const int first = piece * p.piece_elems;
       const int n = min(p.piece_elems, length - first);
-      bulk_load(ring + static_cast<int64_t>(slot) * piece_vecs, (kShifted ? src - iv.shift : src) + first,
+      bulk_load(ring + static_cast<int64_t>(slot) * piece_vecs, src - iv.shift + first,
                 static_cast<unsigned>(n) * sizeof(T), bars + slot);
       if (++slot == p.ring_pieces) slot = 0;
       ++outstanding;
@@ -268,11 +268,7 @@ __device__ __forceinline__ void ring_items(const PipeParams<T>& p, int64_t first
   for (int64_t item = first_item; item < items; item += step) {
     const RowChunk span(item, p.chunks, p.chunk_elems, p.len);
     const ItemVectors<T> iv(p.x + span.row * p.len + span.begin, span.begin, span.end, kShifted);
-    // (kShifted == false: the expressions of the aligned-only kernel before ItemVectors, so that the dual
-    // kernel's code stays as it was measured)
-    const int length = static_cast<int>(span.end - span.begin);
-    const int pieces = ((kShifted ? iv.elems() : length) + p.piece_elems - 1) / p.piece_elems;
-    const int nvec = length / kVec;
+    const int pieces = (iv.elems() + p.piece_elems - 1) / p.piece_elems;
     const int base = slot * piece_vecs;
 
     OnlineState<A> state = empty_state<A>();
@@ -287,15 +283,10 @@ __device__ __forceinline__ void ring_items(const PipeParams<T>& p, int64_t first
         }
       }
       const uint4* piece = ring + slot * piece_vecs;
-      if constexpr (kShifted) {
-        // The piece's vectors that lie wholly in the item: all of them but an edge (ItemVectors).
-        const int lo = max(iv.lo - k * piece_vecs, 0);
-        const int hi = min(iv.hi - k * piece_vecs, piece_vecs);
-        for (int j = lo + t; j < hi; j += kPipeGroup * nt) fold_group<T>(state, piece, j, nt, hi);
-      } else {
-        const int n = min(piece_vecs, nvec - k * piece_vecs);
-        for (int j = t; j < n; j += kPipeGroup * nt) fold_group<T>(state, piece, j, nt, n);
-      }
+      // The piece's vectors that lie wholly in the item: all of them but an edge (ItemVectors).
+      const int lo = max(iv.lo - k * piece_vecs, 0);
+      const int hi = min(iv.hi - k * piece_vecs, piece_vecs);
+      for (int j = lo + t; j < hi; j += kPipeGroup * nt) fold_group<T>(state, piece, j, nt, hi);
       if (++slot == p.ring_pieces) {
         slot = 0;
         phase ^= 1;

@@ -38,21 +38,12 @@ template <typename T> struct ItemVectors {
   int vecs;    // ring vectors, from the item's first element less shift
   int lo;
   int hi;
-  // shifted == false (a compile-time constant at the call): the caller's rows are aligned, and the edge code
-  // folds away (the dual kernel's ring role: 2-3 us of its fp32 cold calls on the H200, NOTES "s59 call 5").
-  __device__ __forceinline__ ItemVectors(const T* first, int64_t begin, int64_t end, bool shifted) {
+  __device__ __forceinline__ ItemVectors(const T* first, int64_t begin, int64_t end) {
+    shift = static_cast<int>((reinterpret_cast<uintptr_t>(first) & 15) / sizeof(T));
     length = static_cast<int>(end - begin);
-    if (shifted) {
-      shift = static_cast<int>((reinterpret_cast<uintptr_t>(first) & 15) / sizeof(T));
-      vecs = (shift + length + kVec - 1) / kVec;
-      lo = shift > 0 ? 1 : 0;
-      hi = max(lo, (shift + length) % kVec == 0 ? vecs : vecs - 1);
-    } else {
-      shift = 0;
-      vecs = length / kVec;
-      lo = 0;
-      hi = vecs;
-    }
+    vecs = (shift + length + kVec - 1) / kVec;
+    lo = shift > 0 ? 1 : 0;
+    hi = max(lo, (shift + length) % kVec == 0 ? vecs : vecs - 1);
   }
   __device__ __forceinline__ int elems() const { return vecs * kVec; }
   // The edges of the item: vector 0 when lo == 1, vector vecs - 1 when it is not also vector 0 and hi < vecs.
@@ -76,7 +67,6 @@ template <typename T> struct Producer {
 
   // Issues pieces in order until the ring is full, the block's items are exhausted or (window > 0) window
   // pieces are in flight.
-  template <bool kShifted = true>
   __device__ __forceinline__ void fill(const PipeParams<T>& p, int64_t items, uint4* ring, uint64_t* bars,
                                        int window = 0) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -86,7 +76,7 @@ template <typename T> struct Producer {
       ++in_flight;
       const RowChunk span(item, p.chunks, p.chunk_elems, p.len);
       const T* src = p.x + span.row * p.len + span.begin;
-      const ItemVectors<T> iv(src, span.begin, span.end, kShifted);
+      const ItemVectors<T> iv(src, span.begin, span.end);
       const int length = iv.elems();
       const int first = piece * p.piece_elems;
       const int n = min(p.piece_elems, length - first);
@@ -240,14 +230,13 @@ struct StartSignal {
 // exchange; then a pass over the item's vectors normalizes and stores. An item's pieces are consecutive slots
 // modulo the ring. With start.barrier > 0 the team arrives once on that named barrier (StartSignal): the
 // dual kernel starts its other role there. kEvictFirst: the store pass of every type is evict-first
-// (store_item). kShifted == false: every row is aligned (ItemVectors).
+// (store_item).
 // kWindow > 0: at most kWindow pieces in flight; the producer issues the next ones as pieces land (checked
 // at each piece of the walk) instead of filling every free slot at once (the dual kernel's kDualRingWindow: 0
 // for every type since s58 on the H200; scripts/dualrole_probe times others). kSoftmaxOnly: p.output is
 // Softmax, and the other outputs' epilogues are compiled out (the dual kernel's softmax instantiation,
 // softmax_dual.cuh).
-template <typename T, bool kEvictFirst = false, int kWindow = 0, bool kSoftmaxOnly = false, bool kShifted = true,
-          typename Team>
+template <typename T, bool kEvictFirst = false, int kWindow = 0, bool kSoftmaxOnly = false, typename Team>
 __device__ __forceinline__ void ring_items(const PipeParams<T>& p, int64_t first_item, int64_t step, Team team,
                                            uint4* ring, uint64_t* bars, OnlineState<acc_t<T>>* scratch,
                                            StartSignal start = {}) {
@@ -260,14 +249,14 @@ __device__ __forceinline__ void ring_items(const PipeParams<T>& p, int64_t first
   const int64_t items = p.rows * p.chunks;
 
   Producer<T> producer{first_item, step, 0, 0, 0, 0};
-  if (t == 0) producer.template fill<kShifted>(p, items, ring, bars, kWindow);
+  if (t == 0) producer.fill(p, items, ring, bars, kWindow);
 
   // Consumer cursor (every thread): ring slot of the current item's first piece and that slot's phase.
   int slot = 0;
   unsigned phase = 0;
   for (int64_t item = first_item; item < items; item += step) {
     const RowChunk span(item, p.chunks, p.chunk_elems, p.len);
-    const ItemVectors<T> iv(p.x + span.row * p.len + span.begin, span.begin, span.end, kShifted);
+    const ItemVectors<T> iv(p.x + span.row * p.len + span.begin, span.begin, span.end);
     const int pieces = (iv.elems() + p.piece_elems - 1) / p.piece_elems;
     const int base = slot * piece_vecs;
 
@@ -279,7 +268,7 @@ __device__ __forceinline__ void ring_items(const PipeParams<T>& p, int64_t first
       if constexpr (kWindow > 0) {
         if (t == 0) {
           --producer.in_flight;
-          producer.template fill<kShifted>(p, items, ring, bars, kWindow);
+          producer.fill(p, items, ring, bars, kWindow);
         }
       }
       const uint4* piece = ring + slot * piece_vecs;
@@ -317,7 +306,7 @@ __device__ __forceinline__ void ring_items(const PipeParams<T>& p, int64_t first
     if (t == 0) {
       producer.outstanding -= pieces;
       fence_async_proxy();  // this team's reads of the slots before the bulk copies refill them
-      producer.template fill<kShifted>(p, items, ring, bars, kWindow);
+      producer.fill(p, items, ring, bars, kWindow);
     }
   }
 }

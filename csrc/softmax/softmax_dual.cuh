@@ -282,7 +282,7 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_dual_rows_kernel(const Pi
   // loads there lost 3-5 us ("s36 call 7"). fp32 split rows did not move, and fp32 whole rows lost 4 us.
   const bool swapped = sizeof(T) == 2 && p.chunks > 1 && (blockIdx.x / p.chunks) % 2 == 1;
   if (threadIdx.x < kRingThreads) {
-    pipe::ring_items<T, true, kRingWindow, kSoftmaxOnly>(
+    pipe::ring_items<T, true, kRingWindow, kSoftmaxOnly, false>(
         p, swapped ? blockIdx.x + gridDim.x : blockIdx.x, step, RoleTeam{0, kRingThreads, kRingBarrier}, ring, bars,
         s_ring, pipe::StartSignal{swapped ? 0 : kStartBarrier, kThreads, kStartPiece<T>});
   } else {

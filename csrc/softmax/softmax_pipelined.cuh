@@ -38,12 +38,21 @@ template <typename T> struct ItemVectors {
   int vecs;    // ring vectors, from the item's first element less shift
   int lo;
   int hi;
-  __device__ __forceinline__ ItemVectors(const T* first, int64_t begin, int64_t end) {
-    shift = static_cast<int>((reinterpret_cast<uintptr_t>(first) & 15) / sizeof(T));
+  // shifted == false (a compile-time constant at the call): the caller's rows are aligned, and the edge code
+  // folds away (the dual kernel's ring role: 2-3 us of its fp32 cold calls on the H200, NOTES "s59 call 5").
+  __device__ __forceinline__ ItemVectors(const T* first, int64_t begin, int64_t end, bool shifted) {
     length = static_cast<int>(end - begin);
-    vecs = (shift + length + kVec - 1) / kVec;
-    lo = shift > 0 ? 1 : 0;
-    hi = max(lo, (shift + length) % kVec == 0 ? vecs : vecs - 1);
+    if (shifted) {
+      shift = static_cast<int>((reinterpret_cast<uintptr_t>(first) & 15) / sizeof(T));
+      vecs = (shift + length + kVec - 1) / kVec;
+      lo = shift > 0 ? 1 : 0;
+      hi = max(lo, (shift + length) % kVec == 0 ? vecs : vecs - 1);
+    } else {
+      shift = 0;
+      vecs = length / kVec;
+      lo = 0;
+      hi = vecs;
+    }
   }
   __device__ __forceinline__ int elems() const { return vecs * kVec; }
   // The edges of the item: vector 0 when lo == 1, vector vecs - 1 when it is not also vector 0 and hi < vecs.
@@ -67,6 +76,7 @@ template <typename T> struct Producer {
 
   // Issues pieces in order until the ring is full, the block's items are exhausted or (window > 0) window
   // pieces are in flight.
+  template <bool kShifted = true>
   __device__ __forceinline__ void fill(const PipeParams<T>& p, int64_t items, uint4* ring, uint64_t* bars,
                                        int window = 0) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -76,11 +86,11 @@ template <typename T> struct Producer {
       ++in_flight;
       const RowChunk span(item, p.chunks, p.chunk_elems, p.len);
       const T* src = p.x + span.row * p.len + span.begin;
-      const ItemVectors<T> iv(src, span.begin, span.end);
-      const int length = iv.elems();
+      const ItemVectors<T> iv(src, span.begin, span.end, kShifted);
+      const int length = kShifted ? iv.elems() : static_cast<int>(span.end - span.begin);
       const int first = piece * p.piece_elems;
       const int n = min(p.piece_elems, length - first);
-      bulk_load(ring + static_cast<int64_t>(slot) * piece_vecs, src - iv.shift + first,
+      bulk_load(ring + static_cast<int64_t>(slot) * piece_vecs, (kShifted ? src - iv.shift : src) + first,
                 static_cast<unsigned>(n) * sizeof(T), bars + slot);
       if (++slot == p.ring_pieces) slot = 0;
       ++outstanding;
@@ -230,13 +240,14 @@ struct StartSignal {
 // exchange; then a pass over the item's vectors normalizes and stores. An item's pieces are consecutive slots
 // modulo the ring. With start.barrier > 0 the team arrives once on that named barrier (StartSignal): the
 // dual kernel starts its other role there. kEvictFirst: the store pass of every type is evict-first
-// (store_item).
+// (store_item). kShifted == false: every row is aligned (ItemVectors).
 // kWindow > 0: at most kWindow pieces in flight; the producer issues the next ones as pieces land (checked
 // at each piece of the walk) instead of filling every free slot at once (the dual kernel's kDualRingWindow: 0
 // for every type since s58 on the H200; scripts/dualrole_probe times others). kSoftmaxOnly: p.output is
 // Softmax, and the other outputs' epilogues are compiled out (the dual kernel's softmax instantiation,
 // softmax_dual.cuh).
-template <typename T, bool kEvictFirst = false, int kWindow = 0, bool kSoftmaxOnly = false, typename Team>
+template <typename T, bool kEvictFirst = false, int kWindow = 0, bool kSoftmaxOnly = false, bool kShifted = true,
+          typename Team>
 __device__ __forceinline__ void ring_items(const PipeParams<T>& p, int64_t first_item, int64_t step, Team team,
                                            uint4* ring, uint64_t* bars, OnlineState<acc_t<T>>* scratch,
                                            StartSignal start = {}) {
@@ -249,15 +260,19 @@ __device__ __forceinline__ void ring_items(const PipeParams<T>& p, int64_t first
   const int64_t items = p.rows * p.chunks;
 
   Producer<T> producer{first_item, step, 0, 0, 0, 0};
-  if (t == 0) producer.fill(p, items, ring, bars, kWindow);
+  if (t == 0) producer.template fill<kShifted>(p, items, ring, bars, kWindow);
 
   // Consumer cursor (every thread): ring slot of the current item's first piece and that slot's phase.
   int slot = 0;
   unsigned phase = 0;
   for (int64_t item = first_item; item < items; item += step) {
     const RowChunk span(item, p.chunks, p.chunk_elems, p.len);
-    const ItemVectors<T> iv(p.x + span.row * p.len + span.begin, span.begin, span.end);
-    const int pieces = (iv.elems() + p.piece_elems - 1) / p.piece_elems;
+    const ItemVectors<T> iv(p.x + span.row * p.len + span.begin, span.begin, span.end, kShifted);
+    // (kShifted == false: the expressions of the aligned-only kernel before ItemVectors, so that the dual
+    // kernel's code stays as it was measured)
+    const int length = static_cast<int>(span.end - span.begin);
+    const int pieces = ((kShifted ? iv.elems() : length) + p.piece_elems - 1) / p.piece_elems;
+    const int nvec = length / kVec;
     const int base = slot * piece_vecs;
 
     OnlineState<A> state = empty_state<A>();
@@ -268,14 +283,19 @@ __device__ __forceinline__ void ring_items(const PipeParams<T>& p, int64_t first
       if constexpr (kWindow > 0) {
         if (t == 0) {
           --producer.in_flight;
-          producer.fill(p, items, ring, bars, kWindow);
+          producer.template fill<kShifted>(p, items, ring, bars, kWindow);
         }
       }
       const uint4* piece = ring + slot * piece_vecs;
-      // The piece's vectors that lie wholly in the item: all of them but an edge (ItemVectors).
-      const int lo = max(iv.lo - k * piece_vecs, 0);
-      const int hi = min(iv.hi - k * piece_vecs, piece_vecs);
-      for (int j = lo + t; j < hi; j += kPipeGroup * nt) fold_group<T>(state, piece, j, nt, hi);
+      if constexpr (kShifted) {
+        // The piece's vectors that lie wholly in the item: all of them but an edge (ItemVectors).
+        const int lo = max(iv.lo - k * piece_vecs, 0);
+        const int hi = min(iv.hi - k * piece_vecs, piece_vecs);
+        for (int j = lo + t; j < hi; j += kPipeGroup * nt) fold_group<T>(state, piece, j, nt, hi);
+      } else {
+        const int n = min(piece_vecs, nvec - k * piece_vecs);
+        for (int j = t; j < n; j += kPipeGroup * nt) fold_group<T>(state, piece, j, nt, n);
+      }
       if (++slot == p.ring_pieces) {
         slot = 0;
         phase ^= 1;
@@ -306,7 +326,7 @@ __device__ __forceinline__ void ring_items(const PipeParams<T>& p, int64_t first
     if (t == 0) {
       producer.outstanding -= pieces;
       fence_async_proxy();  // this team's reads of the slots before the bulk copies refill them
-      producer.fill(p, items, ring, bars, kWindow);
+      producer.template fill<kShifted>(p, items, ring, bars, kWindow);
     }
   }
 }

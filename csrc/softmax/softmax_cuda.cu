@@ -586,8 +586,8 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
     if (int64_t(plan.lanes) * plan.vpt < row_vecs) fail("lanes * vpt vectors do not hold a row");
     if (!s.aligned && plan.vpt > 1 && plan.lanes != 32) fail("unaligned rows with vpt > 1 need lanes=32");
     while ((1 << rp.lanes_log2) < plan.lanes) ++rp.lanes_log2;
-    const int64_t rows_per_block = warp_team_rows(s.aligned, plan.vpt) * (kWarpRowsThreads / plan.lanes);
-    launch_warp_rows<T>(rp, plan.vpt, s.aligned, capped_grid(ceil_div(s.rows, rows_per_block)), stream);
+    launch_warp_rows<T>(rp, plan.vpt, s.aligned, capped_grid(ceil_div(s.rows, kWarpRowsThreads / plan.lanes)),
+                        stream);
     return;
   }
 

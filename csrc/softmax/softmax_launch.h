@@ -33,10 +33,6 @@ template <typename T> struct RowsTraits {
 };
 
 constexpr int kWarpRowsThreads = 256;    // warp-per-row kernel: 8 warps per block
-// Rows a warp-per-row team loads before it reduces any: two for unaligned rows of one element-wise "vector"
-// per lane (fp32 rows of <= 128 elements, 16-bit of <= 256), whose lanes otherwise hold 4-8 scalar loads in
-// flight where an aligned team of the same rows holds two 16-byte loads per lane and two or four rows per warp.
-constexpr int warp_team_rows(bool aligned, int vpl) { return !aligned && vpl == 1 ? 2 : 1; }
 constexpr int kMaxBlockThreads = 1024;   // block-per-chunk kernel: any multiple of 32 up to this
 constexpr int kSplitThreads = 512;       // rows needing more threads than this (at the large vpt) split
 constexpr int kSplitBlockThreads = 256;  // block size of the split-row configuration (H100 sweep: beat 512)

@@ -45,9 +45,8 @@ __device__ __forceinline__ OnlineState<acc_t<T>> team_row(acc_t<T> (&v)[kVpl][Ro
 }
 
 // Warp-per-row. Block: 256 threads = 8 warps; a team of 2^p.lanes_log2 lanes (a power of two, aligned
-// within the warp) owns kTeamRows consecutive rows (warp_team_rows: 2 for unaligned rows of one vector per
-// lane, else 1), so a block owns kTeamRows * 256 / lanes consecutive rows and walks row groups grid-stride.
-// Each lane holds kVpl vectors of kVec elements per row: len <= lanes * kVpl * kVec. Reductions are
+// within the warp) owns one row, so a block owns 256 / lanes consecutive rows and walks row groups
+// grid-stride. Each lane holds kVpl vectors of kVec elements: len <= lanes * kVpl * kVec. Reductions are
 // xor-shuffles inside the team. Teams past the last row run the shuffles (the warp must) but touch no memory.
 // Unaligned rows (a length that is not a multiple of kVec, or a base off the 16-byte grid) take load_group's
 // element-wise layout. Why not vectors on the memory's grid as the block kernel does (load_group_shifted):
@@ -55,17 +54,14 @@ __device__ __forceinline__ OnlineState<acc_t<T>> team_row(acc_t<T> (&v)[kVpl][Ro
 // fp32 rows (65536x127: 35.7 us against 23.9 element-wise on the H200), and staging a block's rows through
 // shared memory as one span ran slower still (fp32 32.0 us, 65536x129 46.7, 16384x1023 57.2; NOTES "s59 call
 // 3"). Register bound: ptxas left alone keeps the vector variants spill-free at <= 48 registers, but spilled
-// the 32-scalar variants; 3 blocks per SM (<= 80 registers) keeps those out of local memory. The unaligned
-// one-vector variant (two rows per team) asks for 6 blocks per SM (<= 40 registers): left alone, ptxas gave
-// its 16-bit form 55 registers, 4 blocks per SM, fewer bytes in flight per SM than one row per team had.
+// the 32-scalar variants; 3 blocks per SM (<= 80 registers) keeps those out of local memory.
 // kSafeSoftmax: launched only for softmax with the max-then-sum reduction (what "auto" runs on these rows),
 // so neither the output nor the reduction is a run-time choice. Why: in a one-wave call every instruction
 // between the loads and the stores shows, and the run-time choices (the online branch, the output's selects
 // and paths) nearly double the body: bf16, 2 vectors per lane, 488 SASS instructions against 280 (sm_90a).
 // H100 probe s25, bf16 65536x128: 12.6-12.8 us against 12.8-13.2 (a same-size copy 12.2-12.4).
 template <typename T, int kVpl, bool kAligned, bool kSafeSoftmax = false>
-__global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? 0 : kVpl == 1 ? 6 : 3)
-    softmax_warp_rows_kernel(const RowsParams<T> p) {
+__global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? 0 : 3) softmax_warp_rows_kernel(const RowsParams<T> p) {
   begin_dependent_grid();
   using A = acc_t<T>;
   constexpr int kVec = RowsTraits<T>::kVec;
@@ -76,32 +72,25 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? 0 : kVpl == 1 ? 6
   const int lanes = 1 << lanes_log2;
   const int li = threadIdx.x & (lanes - 1);
   const int team = threadIdx.x >> lanes_log2;
-  constexpr int kTeamRows = warp_team_rows(kAligned, kVpl);
-  const int rows_per_block = kTeamRows * (kWarpRowsThreads >> lanes_log2);
+  const int rows_per_block = kWarpRowsThreads >> lanes_log2;
   const SoftmaxOutput output = kSafeSoftmax ? SoftmaxOutput::Softmax : p.output;
   const bool online = kSafeSoftmax ? false : p.online;
 
   for (int64_t first_row = static_cast<int64_t>(blockIdx.x) * rows_per_block; first_row < p.rows;
        first_row += static_cast<int64_t>(gridDim.x) * rows_per_block) {
-    // The team's kTeamRows consecutive rows from `base`, all loaded before any is reduced. A row past the
-    // last one is empty: it reads as -inf and stores nothing.
-    const int64_t base = first_row + team * kTeamRows;
-    A v[kTeamRows][kVpl][kVec];
-#pragma unroll
-    for (int r = 0; r < kTeamRows; ++r) {
-      const bool valid = base + r < p.rows;
-      load_group<T, kVpl, kAligned>(p.x + (valid ? (base + r) * p.len : 0), valid ? p.len : 0, 0, lanes, li, v[r]);
+    const int64_t row = first_row + team;
+    const bool valid = row < p.rows;
+    const int64_t len = valid ? p.len : 0;  // an empty row reads as -inf and stores nothing
+    const int64_t offset = valid ? row * p.len : 0;
+
+    A v[kVpl][kVec];
+    load_group<T, kVpl, kAligned>(p.x + offset, len, 0, lanes, li, v);
+    const OnlineState<A> row_state = team_row<T, kVpl, kAligned && kFastExp<T>>(v, lanes, output, online);
+    if (output == SoftmaxOutput::LogSumExp) {
+      if (valid && li == 0) p.y[row] = from_acc<T>(row_lse(row_state));
+      continue;
     }
-#pragma unroll
-    for (int r = 0; r < kTeamRows; ++r) {
-      const bool valid = base + r < p.rows;
-      const OnlineState<A> row_state = team_row<T, kVpl, kAligned && kFastExp<T>>(v[r], lanes, output, online);
-      if (output == SoftmaxOutput::LogSumExp) {
-        if (valid && li == 0) p.y[base + r] = from_acc<T>(row_lse(row_state));
-      } else {
-        store_group<T, kVpl, kAligned>(p.y + (valid ? (base + r) * p.len : 0), valid ? p.len : 0, 0, lanes, li, v[r]);
-      }
-    }
+    store_group<T, kVpl, kAligned>(p.y + offset, len, 0, lanes, li, v);
   }
 }
 

@@ -60,6 +60,7 @@ __device__ __forceinline__ OnlineState<acc_t<T>> team_row(acc_t<T> (&v)[kVpl][Ro
 // between the loads and the stores shows, and the run-time choices (the online branch, the output's selects
 // and paths) nearly double the body: bf16, 2 vectors per lane, 488 SASS instructions against 280 (sm_90a).
 // H100 probe s25, bf16 65536x128: 12.6-12.8 us against 12.8-13.2 (a same-size copy 12.2-12.4).
+// Scalar rows take it too, but for fp32 at 8 vectors per lane (softmax_rows.cu says why).
 template <typename T, int kVpl, bool kAligned, bool kSafeSoftmax = false>
 __global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? 0 : 3) softmax_warp_rows_kernel(const RowsParams<T> p) {
   begin_dependent_grid();

@@ -442,18 +442,18 @@ __device__ __forceinline__ void store_group(T* row, int64_t len, int64_t first, 
   }
 }
 
-// Unaligned rows (a length that is not a multiple of kVec, or a base that is not 16-byte aligned): the row and
-// block kernels' groups still move 16-byte vectors, on the memory's 16-byte grid rather than the row's. d is the
-// row's misalignment in elements (row - d is 16-byte aligned); vector s of thread t covers elements
-// first - d + (s * nt + t) * kVec + [0, kVec), so the group spans [first - d, first - d + nt * kN * kVec).
-// Elements outside [0, len) read as -inf and are not stored; a vector not wholly inside [0, len) (a row's
-// first and last) is read whole (load_group_shifted says why that is safe) and written element by element:
-// nothing outside the row is written. Consecutive groups (first += nt * kN * kVec, first a multiple of kVec)
-// partition the row once they span len + d elements; the host counts an unaligned row's vectors as
-// ceil((len + kVec - 1) / kVec) for that. The output row may sit on another grid than the input's (a
-// misaligned input, a fresh output): then every store is element-wise. Why: the element-wise layout (load_group's scalar mapping) moved 16-bit rows at 35-39 % of
-// copy on the H200 (bf16 2000x10007, 8192x4097; fp32 70-78 %), and no kernel configuration did better (NOTES
-// "s58 call 6"). The streaming kernels keep the scalar mapping: their chunks are not cut on the vector grid.
+// Unaligned rows (a length that is not a multiple of kVec, or a base that is not 16-byte aligned): the row and block
+// kernels' groups still move 16-byte vectors, on the memory's 16-byte grid rather than the row's. d is the row's
+// misalignment in elements (row - d is 16-byte aligned); vector s of thread t covers elements first - d + (s * nt + t)
+// * kVec + [0, kVec), so the group spans [first - d, first - d + nt * kN * kVec). Elements outside [0, len) read as
+// -inf and are not stored; a vector not wholly inside [0, len) (a row's first and last) is read whole
+// (load_group_shifted says why that is safe) and written element by element: nothing outside the row is written.
+// Consecutive groups (first += nt * kN * kVec, first a multiple of kVec) partition the row once they span len + d
+// elements; the host counts an unaligned row's vectors as ceil((len + kVec - 1) / kVec) for that. The output row may
+// sit on another grid than the input's (a misaligned input, a fresh output): then every store is element-wise. Why: the
+// element-wise layout (load_group's scalar mapping) moved 16-bit rows at 35-39 % of copy on the H200 (bf16 2000x10007,
+// 8192x4097; fp32 70-78 %), and no kernel configuration did better (NOTES "s58 call 6"). The streaming kernels keep the
+// scalar mapping: their chunks are not cut on the vector grid.
 template <typename T> __device__ __forceinline__ int misalignment(const T* p) {
   return static_cast<int>((reinterpret_cast<uintptr_t>(p) & 15) / sizeof(T));
 }

@@ -30,7 +30,7 @@ __device__ __forceinline__ void bulk_load(void* dst, const void* src, unsigned b
 // vecs 16-byte vectors, of which [lo, hi) lie wholly in the item: the first (when shift > 0) and the last (when
 // the item ends off the grid) are edges, read whole (the extra elements lie in the same 16-byte granules as the
 // item's own, so the copies stay on its pages), folded with -inf in place of the elements outside the item and
-// stored element by element (fold_edges, store_edges): nothing outside the item is written.
+// stored element by element (fold_edges, store_item): nothing outside the item is written.
 template <typename T> struct ItemVectors {
   static constexpr int kVec = 16 / static_cast<int>(sizeof(T));
   int shift;
@@ -43,7 +43,7 @@ template <typename T> struct ItemVectors {
   __device__ __forceinline__ ItemVectors(const T* first, int64_t begin, int64_t end, bool shifted) {
     length = static_cast<int>(end - begin);
     if (shifted) {
-      shift = static_cast<int>((reinterpret_cast<uintptr_t>(first) & 15) / sizeof(T));
+      shift = misalignment(first);
       vecs = (shift + length + kVec - 1) / kVec;
       lo = shift > 0 ? 1 : 0;
       hi = max(lo, (shift + length) % kVec == 0 ? vecs : vecs - 1);

@@ -15,10 +15,10 @@
 namespace flash_attn_ext {
 namespace softmax {
 
-// A team's row held in v (kVpl vectors of kVec values per lane, -inf where the row has no element): the row's
-// reduction across the team's `lanes` lanes (xor-shuffles) and, unless the output is logsumexp, the epilogue,
-// which leaves the outputs in v. kFast: the sum's terms by the 16-bit fast exponential (ShiftedExp). Every thread's local max comes first and exp(x - local max) stays in v, so
-// softmax costs one exponential per element whichever reduction runs.
+// A team's row held in v (kVpl vectors of kVec values per lane, -inf where the row has no element): the row's reduction
+// across the team's `lanes` lanes (xor-shuffles) and, unless the output is logsumexp, the epilogue, which leaves the
+// outputs in v. kFast: the sum's terms by the 16-bit fast exponential (ShiftedExp). Every thread's local max comes
+// first and exp(x - local max) stays in v, so softmax costs one exponential per element whichever reduction runs.
 template <typename T, int kVpl, bool kFast>
 __device__ __forceinline__ OnlineState<acc_t<T>> team_row(acc_t<T> (&v)[kVpl][RowsTraits<T>::kVec], int lanes,
                                                           SoftmaxOutput output, bool online) {

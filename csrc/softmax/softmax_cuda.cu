@@ -340,10 +340,13 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
   //    10.4, 8.5 -> 8.0), where the softmax sweep found 2 faster on 128-element bf16 rows.
   if (const int64_t row_vecs = ceil_div(s.len, Traits::kVec); row_vecs <= 32 * Traits::kMaxVpt) {
     plan.kind = RowsKind::Warp;
-    const int64_t per_lane = p.output == SoftmaxOutput::LogSumExp ? 4 : 2;
-    plan.lanes = static_cast<int>(s.aligned ? std::clamp<int64_t>(next_pow2(ceil_div(row_vecs, per_lane)), 1, 32)
-                                            : next_pow2(std::min<int64_t>(row_vecs, 32)));
+    const int64_t per_lane = p.output == SoftmaxOutput::LogSumExp && s.aligned ? 4 : 2;
+    plan.lanes = static_cast<int>(std::clamp<int64_t>(next_pow2(ceil_div(row_vecs, per_lane)), 1, 32));
     plan.vpt = static_cast<int>(next_pow2(ceil_div(row_vecs, plan.lanes)));
+    if (!s.aligned && scalar_rows_whole_warp<T>(plan.vpt)) {
+      plan.lanes = static_cast<int>(next_pow2(std::min<int64_t>(row_vecs, 32)));
+      plan.vpt = static_cast<int>(next_pow2(ceil_div(row_vecs, plan.lanes)));
+    }
     return plan;
   }
 
@@ -584,7 +587,9 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
     }
     if (plan.lanes > 32 || (plan.lanes & (plan.lanes - 1)) != 0) fail("lanes must be a power of two <= 32");
     if (int64_t(plan.lanes) * plan.vpt < row_vecs) fail("lanes * vpt vectors do not hold a row");
-    if (!s.aligned && plan.vpt > 1 && plan.lanes != 32) fail("unaligned rows with vpt > 1 need lanes=32");
+    if (!s.aligned && scalar_rows_whole_warp<T>(plan.vpt) && plan.lanes != 32) {
+      fail("unaligned rows of more than 16 values per lane need lanes=32");
+    }
     while ((1 << rp.lanes_log2) < plan.lanes) ++rp.lanes_log2;
     launch_warp_rows<T>(rp, plan.vpt, s.aligned, capped_grid(ceil_div(s.rows, kWarpRowsThreads / plan.lanes)),
                         stream);

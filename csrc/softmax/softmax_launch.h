@@ -33,6 +33,10 @@ template <typename T> struct RowsTraits {
 };
 
 constexpr int kWarpRowsThreads = 256;    // warp-per-row kernel: 8 warps per block
+// Scalar (unaligned) warp rows of more than 16 values per lane run on whole warps: a compile-time team width
+// turns every element offset into an immediate, which keeps those variants out of spills. Up to 16 values a
+// lane take any team width.
+template <typename T> constexpr bool scalar_rows_whole_warp(int vpl) { return vpl * RowsTraits<T>::kVec > 16; }
 constexpr int kMaxBlockThreads = 1024;   // block-per-chunk kernel: any multiple of 32 up to this
 constexpr int kSplitThreads = 512;       // rows needing more threads than this (at the large vpt) split
 constexpr int kSplitBlockThreads = 256;  // block size of the split-row configuration (H100 sweep: beat 512)

@@ -332,15 +332,20 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
   plan.smem = 0;
   const int64_t nv = s.nv;
 
-  // 1. Warp-per-row. Aligned: the fewest lanes (>= 1) that leave each lane >= 2 vectors (logsumexp: 4);
-  //    scalar rows keep whole warps once a lane holds more than one vector (the scalar kernel needs
-  //    compile-time offsets); both count the row's own vectors, ceil(len / kVec). Why 4 for logsumexp: with
-  //    no store pass a lane's loads are all it waits for, and more of them in flight paid (H100 sweep through
-  //    the op, 65536x128, NOTES "s32 run 4": fp32 18.3 -> 16.8 us cold, 14.8 -> 14.4 streamed; bf16 11.7 ->
-  //    10.4, 8.5 -> 8.0), where the softmax sweep found 2 faster on 128-element bf16 rows.
+  // 1. Warp-per-row. The fewest lanes (>= 1) that leave each lane >= 2 vectors (logsumexp: 4),
+  //    counting the row's own vectors, ceil(len / kVec); scalar rows whose lanes would then hold more than 8
+  //    values (scalar_rows_whole_warp) take the fewest lanes that hold the row at one vector each, and whole
+  //    warps beyond. Why 4 for logsumexp: with no store pass a lane's loads are all it waits for, and more of
+  //    them in flight paid (H100 sweep through the op, 65536x128, NOTES "s32 run 4": fp32 18.3 -> 16.8 us
+  //    cold, 14.8 -> 14.4 streamed; bf16 11.7 -> 10.4, 8.5 -> 8.0), where the softmax sweep found 2 faster on
+  //    128-element bf16 rows. Why 2 vectors for fp32 scalar rows: the rows' fixed costs (shuffles, offsets)
+  //    are then shared by half the lanes, and these kernels issue an instruction nearly every cycle (H200,
+  //    s60 call 3, us cold / streamed: fp32 65536x127 on 16 lanes x 8 values 21.1 / 19.6 against 24.1 / 22.5
+  //    on 32 x 4, torch 22.0 / 20.0; 65536x97 20.1 / 17.4 against 23.6 / 21.4; 65536x61 13.1 / 11.3 against
+  //    13.6 / 11.7).
   if (const int64_t row_vecs = ceil_div(s.len, Traits::kVec); row_vecs <= 32 * Traits::kMaxVpt) {
     plan.kind = RowsKind::Warp;
-    const int64_t per_lane = p.output == SoftmaxOutput::LogSumExp && s.aligned ? 4 : 2;
+    const int64_t per_lane = p.output == SoftmaxOutput::LogSumExp ? 4 : 2;
     plan.lanes = static_cast<int>(std::clamp<int64_t>(next_pow2(ceil_div(row_vecs, per_lane)), 1, 32));
     plan.vpt = static_cast<int>(next_pow2(ceil_div(row_vecs, plan.lanes)));
     if (!s.aligned && scalar_rows_whole_warp<T>(plan.vpt)) {
@@ -588,7 +593,7 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
     if (plan.lanes > 32 || (plan.lanes & (plan.lanes - 1)) != 0) fail("lanes must be a power of two <= 32");
     if (int64_t(plan.lanes) * plan.vpt < row_vecs) fail("lanes * vpt vectors do not hold a row");
     if (!s.aligned && scalar_rows_whole_warp<T>(plan.vpt) && plan.lanes != 32) {
-      fail("unaligned rows of more than 16 values per lane need lanes=32");
+      fail("unaligned rows of more than 8 values per lane need lanes=32");
     }
     while ((1 << rp.lanes_log2) < plan.lanes) ++rp.lanes_log2;
     launch_warp_rows<T>(rp, plan.vpt, s.aligned, capped_grid(ceil_div(s.rows, kWarpRowsThreads / plan.lanes)),

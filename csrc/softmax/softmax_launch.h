@@ -33,10 +33,12 @@ template <typename T> struct RowsTraits {
 };
 
 constexpr int kWarpRowsThreads = 256;    // warp-per-row kernel: 8 warps per block
-// Scalar (unaligned) warp rows of more than 16 values per lane run on whole warps: a compile-time team width
-// turns every element offset into an immediate, which keeps those variants out of spills. Up to 16 values a
-// lane take any team width.
-template <typename T> constexpr bool scalar_rows_whole_warp(int vpl) { return vpl * RowsTraits<T>::kVec > 16; }
+// Scalar (unaligned) warp rows of more than 8 values per lane run on whole warps: a compile-time team width
+// turns every element offset into an immediate, which keeps those variants out of spills and ran them faster
+// (H200, s60 call 3, a run-time width at 16 values a lane, us cold: bf16 65536x127 on 8 lanes 25.1 against
+// 20.2 on 16 lanes of 8, 65536x61 23.5 against 13.0, 32768x383 37.1 against 29.8; fp32 32768x383 36.2 against
+// 31.6). Up to 8 values a lane take any team width (softmax_cuda.cu's warp rule says where that pays).
+template <typename T> constexpr bool scalar_rows_whole_warp(int vpl) { return vpl * RowsTraits<T>::kVec > 8; }
 constexpr int kMaxBlockThreads = 1024;   // block-per-chunk kernel: any multiple of 32 up to this
 constexpr int kSplitThreads = 512;       // rows needing more threads than this (at the large vpt) split
 constexpr int kSplitBlockThreads = 256;  // block size of the split-row configuration (H100 sweep: beat 512)

@@ -66,7 +66,7 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? 0 : 3) softmax_wa
   begin_dependent_grid();
   using A = acc_t<T>;
   constexpr int kVec = RowsTraits<T>::kVec;
-  // Unaligned rows of more than 16 values per lane use whole warps (scalar_rows_whole_warp; the host guarantees
+  // Unaligned rows of more than 8 values per lane use whole warps (scalar_rows_whole_warp; the host guarantees
   // it). Other rows take any team width (short rows: several rows per warp, several vectors per lane).
   const int lanes_log2 = !kAligned && scalar_rows_whole_warp<T>(kVpl) ? 5 : p.lanes_log2;
   const int lanes = 1 << lanes_log2;

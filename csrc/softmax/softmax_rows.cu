@@ -15,36 +15,42 @@ namespace {
 
 template <typename T> using RowsKernel = void (*)(RowsParams<T>);
 
-// safe_softmax: the instantiation specialized for softmax with the max-then-sum reduction
-// (softmax_warp_rows_kernel's kSafeSoftmax), for aligned and scalar rows, except fp32 scalar rows of 8 vectors
-// per lane. Why scalar rows too: those kernels issue an instruction nearly every cycle (ncu, fp32 65536x127:
-// 0.87 issued warps per scheduler against torch's 0.72), so the run-time output and reduction choices show.
-// H200, s60 call 2, us cold / streamed, general -> specialized: bf16 65536x127 22.1 / 19.2 -> 20.3 / 17.5,
+// fixed: the instantiation specialized for softmax or log_softmax with the max-then-sum reduction
+// (softmax_warp_rows_kernel's kFixed), for aligned and scalar rows, except fp32 scalar rows of 8 vectors per
+// lane. Why scalar rows too: those kernels issue an instruction nearly every cycle (ncu, fp32 65536x127: 0.87
+// issued warps per scheduler against torch's 0.72), so the run-time output and reduction choices show. H200,
+// s60 call 2, softmax, us cold / streamed, general -> specialized: bf16 65536x127 22.1 / 19.2 -> 20.3 / 17.5,
 // 16384x1023 35.7 / 34.3 -> 33.5 / 32.0; fp32 65536x127 26.4 / 23.9 -> 24.2 / 22.2, 65536x97 26.8 / 23.2 ->
 // 24.6 / 21.3. fp32 at 8 vectors per lane (32 scalars) took 80 registers specialized against 64 (3 blocks per
 // SM, not 4) and ran 16384x1023 at 39.6-40.3 us cold against 37.8.
-template <typename T, int kVpl> RowsKernel<T> warp_kernel(bool aligned, bool safe_softmax) {
+template <typename T, int kVpl, bool kAligned> RowsKernel<T> warp_kernel_of(FixedRows fixed) {
+  switch (fixed) {
+    case FixedRows::SafeSoftmax: return softmax_warp_rows_kernel<T, kVpl, kAligned, FixedRows::SafeSoftmax>;
+    case FixedRows::SafeLogSoftmax: return softmax_warp_rows_kernel<T, kVpl, kAligned, FixedRows::SafeLogSoftmax>;
+    default: return softmax_warp_rows_kernel<T, kVpl, kAligned>;
+  }
+}
+
+template <typename T, int kVpl> RowsKernel<T> warp_kernel(bool aligned, FixedRows fixed) {
   if constexpr (kVpl <= RowsTraits<T>::kMaxVpt) {
-    if (!aligned) {
-      constexpr bool kSpecialize = !(std::is_same_v<T, float> && kVpl == 8);
-      if constexpr (kSpecialize) {
-        if (safe_softmax) return softmax_warp_rows_kernel<T, kVpl, false, true>;
-      }
+    if (aligned) return warp_kernel_of<T, kVpl, true>(fixed);
+    if constexpr (std::is_same_v<T, float> && kVpl == 8) {
       return softmax_warp_rows_kernel<T, kVpl, false>;
+    } else {
+      return warp_kernel_of<T, kVpl, false>(fixed);
     }
-    return safe_softmax ? softmax_warp_rows_kernel<T, kVpl, true, true> : softmax_warp_rows_kernel<T, kVpl, true>;
   } else {
     return nullptr;
   }
 }
 
-template <typename T> RowsKernel<T> select_warp_kernel(int vpl, bool aligned, bool safe_softmax) {
+template <typename T> RowsKernel<T> select_warp_kernel(int vpl, bool aligned, FixedRows fixed) {
   RowsKernel<T> k = nullptr;
   switch (vpl) {
-    case 1: k = warp_kernel<T, 1>(aligned, safe_softmax); break;
-    case 2: k = warp_kernel<T, 2>(aligned, safe_softmax); break;
-    case 4: k = warp_kernel<T, 4>(aligned, safe_softmax); break;
-    case 8: k = warp_kernel<T, 8>(aligned, safe_softmax); break;
+    case 1: k = warp_kernel<T, 1>(aligned, fixed); break;
+    case 2: k = warp_kernel<T, 2>(aligned, fixed); break;
+    case 4: k = warp_kernel<T, 4>(aligned, fixed); break;
+    case 8: k = warp_kernel<T, 8>(aligned, fixed); break;
     default: break;
   }
   TORCH_CHECK(k != nullptr, "flash_attn_ext softmax: no warp-per-row kernel for ", vpl, " vectors per lane");
@@ -67,8 +73,11 @@ template <typename T> RowsKernel<T> select_block_kernel(int vpt, bool aligned) {
 
 template <typename T>
 void launch_warp_rows(const RowsParams<T>& p, int vpl, bool aligned, int grid, cudaStream_t stream) {
-  const bool safe_softmax = p.output == SoftmaxOutput::Softmax && !p.online;
-  launch_kernel(select_warp_kernel<T>(vpl, aligned, safe_softmax), grid, kWarpRowsThreads, 0, stream,
+  const FixedRows fixed = p.online                                 ? FixedRows::General
+                          : p.output == SoftmaxOutput::Softmax    ? FixedRows::SafeSoftmax
+                          : p.output == SoftmaxOutput::LogSoftmax ? FixedRows::SafeLogSoftmax
+                                                                  : FixedRows::General;
+  launch_kernel(select_warp_kernel<T>(vpl, aligned, fixed), grid, kWarpRowsThreads, 0, stream,
                 LaunchKind::Plain, p);
 }
 

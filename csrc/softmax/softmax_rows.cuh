@@ -55,12 +55,13 @@ __device__ __forceinline__ OnlineState<acc_t<T>> team_row(acc_t<T> (&v)[kVpl][Ro
 // shared memory as one span ran slower still (fp32 32.0 us, 65536x129 46.7, 16384x1023 57.2; NOTES "s59 call
 // 3"). Register bound: ptxas left alone keeps the vector variants spill-free at <= 48 registers, but spilled
 // the 32-scalar variants; 3 blocks per SM (<= 80 registers) keeps those out of local memory.
-// kFixed (not General): launched only for softmax (or log_softmax) with the max-then-sum reduction (what "auto"
-// runs on these rows), so neither the output nor the reduction is a run-time choice. Why: in a one-wave call every instruction
-// between the loads and the stores shows, and the run-time choices (the online branch, the output's selects
-// and paths) nearly double the body: bf16, 2 vectors per lane, 488 SASS instructions against 280 (sm_90a).
-// H100 probe s25, bf16 65536x128: 12.6-12.8 us against 12.8-13.2 (a same-size copy 12.2-12.4).
+// kFixed (not General): launched only for softmax or log_softmax with the max-then-sum reduction (what "auto"
+// runs on these rows), so neither the output nor the reduction is a run-time choice. Why: in a one-wave call
+// every instruction between the loads and the stores shows, and the run-time choices (the online branch, the
+// output's selects and paths) nearly double the body: bf16, 2 vectors per lane, 488 SASS instructions against
+// 280 (sm_90a). H100 probe s25, bf16 65536x128: 12.6-12.8 us against 12.8-13.2 (a same-size copy 12.2-12.4).
 // Scalar rows take it too, but for fp32 at 8 vectors per lane (softmax_rows.cu says why).
+// The output and reduction a warp-rows instantiation fixes at compile time (General: both read from p).
 enum class FixedRows { General, SafeSoftmax, SafeLogSoftmax };
 template <typename T, int kVpl, bool kAligned, FixedRows kFixed = FixedRows::General>
 __global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? 0 : 3) softmax_warp_rows_kernel(const RowsParams<T> p) {

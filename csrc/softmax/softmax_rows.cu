@@ -23,17 +23,27 @@ template <typename T> using RowsKernel = void (*)(RowsParams<T>);
 // 16384x1023 35.7 / 34.3 -> 33.5 / 32.0; fp32 65536x127 26.4 / 23.9 -> 24.2 / 22.2, 65536x97 26.8 / 23.2 ->
 // 24.6 / 21.3. fp32 at 8 vectors per lane (32 scalars) took 80 registers specialized against 64 (3 blocks per
 // SM, not 4) and ran 16384x1023 at 39.6-40.3 us cold against 37.8.
-template <typename T, int kVpl, bool kAligned> RowsKernel<T> warp_kernel_of(FixedRows fixed) {
+template <typename T, int kVpl, bool kAligned, bool kPairs = false> RowsKernel<T> warp_kernel_of(FixedRows fixed) {
   switch (fixed) {
-    case FixedRows::SafeSoftmax: return softmax_warp_rows_kernel<T, kVpl, kAligned, FixedRows::SafeSoftmax>;
-    case FixedRows::SafeLogSoftmax: return softmax_warp_rows_kernel<T, kVpl, kAligned, FixedRows::SafeLogSoftmax>;
-    default: return softmax_warp_rows_kernel<T, kVpl, kAligned>;
+    case FixedRows::SafeSoftmax: return softmax_warp_rows_kernel<T, kVpl, kAligned, FixedRows::SafeSoftmax, kPairs>;
+    case FixedRows::SafeLogSoftmax:
+      return softmax_warp_rows_kernel<T, kVpl, kAligned, FixedRows::SafeLogSoftmax, kPairs>;
+    default: return softmax_warp_rows_kernel<T, kVpl, kAligned, FixedRows::General, kPairs>;
   }
 }
 
-template <typename T, int kVpl> RowsKernel<T> warp_kernel(bool aligned, FixedRows fixed) {
+template <typename T, int kVpl> RowsKernel<T> warp_kernel(bool aligned, bool pairs, FixedRows fixed) {
   if constexpr (kVpl <= RowsTraits<T>::kMaxVpt) {
     if (aligned) return warp_kernel_of<T, kVpl, true>(fixed);
+    if constexpr (kPairRows<T>) {
+      if (pairs) {
+        if constexpr (std::is_same_v<T, float> && kVpl == 8) {
+          return softmax_warp_rows_kernel<T, kVpl, false, FixedRows::General, true>;
+        } else {
+          return warp_kernel_of<T, kVpl, false, true>(fixed);
+        }
+      }
+    }
     if constexpr (std::is_same_v<T, float> && kVpl == 8) {
       return softmax_warp_rows_kernel<T, kVpl, false>;
     } else {
@@ -44,13 +54,13 @@ template <typename T, int kVpl> RowsKernel<T> warp_kernel(bool aligned, FixedRow
   }
 }
 
-template <typename T> RowsKernel<T> select_warp_kernel(int vpl, bool aligned, FixedRows fixed) {
+template <typename T> RowsKernel<T> select_warp_kernel(int vpl, bool aligned, bool pairs, FixedRows fixed) {
   RowsKernel<T> k = nullptr;
   switch (vpl) {
-    case 1: k = warp_kernel<T, 1>(aligned, fixed); break;
-    case 2: k = warp_kernel<T, 2>(aligned, fixed); break;
-    case 4: k = warp_kernel<T, 4>(aligned, fixed); break;
-    case 8: k = warp_kernel<T, 8>(aligned, fixed); break;
+    case 1: k = warp_kernel<T, 1>(aligned, pairs, fixed); break;
+    case 2: k = warp_kernel<T, 2>(aligned, pairs, fixed); break;
+    case 4: k = warp_kernel<T, 4>(aligned, pairs, fixed); break;
+    case 8: k = warp_kernel<T, 8>(aligned, pairs, fixed); break;
     default: break;
   }
   TORCH_CHECK(k != nullptr, "flash_attn_ext softmax: no warp-per-row kernel for ", vpl, " vectors per lane");
@@ -72,12 +82,12 @@ template <typename T> RowsKernel<T> select_block_kernel(int vpt, bool aligned) {
 }  // namespace
 
 template <typename T>
-void launch_warp_rows(const RowsParams<T>& p, int vpl, bool aligned, int grid, cudaStream_t stream) {
+void launch_warp_rows(const RowsParams<T>& p, int vpl, bool aligned, bool pairs, int grid, cudaStream_t stream) {
   const FixedRows fixed = p.online                                 ? FixedRows::General
                           : p.output == SoftmaxOutput::Softmax    ? FixedRows::SafeSoftmax
                           : p.output == SoftmaxOutput::LogSoftmax ? FixedRows::SafeLogSoftmax
                                                                   : FixedRows::General;
-  launch_kernel(select_warp_kernel<T>(vpl, aligned, fixed), grid, kWarpRowsThreads, 0, stream,
+  launch_kernel(select_warp_kernel<T>(vpl, aligned, pairs, fixed), grid, kWarpRowsThreads, 0, stream,
                 LaunchKind::Plain, p);
 }
 
@@ -95,7 +105,7 @@ void launch_block_rows(const RowsParams<T>& p, int vpt, bool aligned, int thread
 }
 
 #define FAE_INSTANTIATE_ROWS(T)                                                                              \
-  template void launch_warp_rows<T>(const RowsParams<T>&, int, bool, int, cudaStream_t);                     \
+  template void launch_warp_rows<T>(const RowsParams<T>&, int, bool, bool, int, cudaStream_t);               \
   template int block_rows_blocks_per_sm<T>(int, bool, int, size_t);                                          \
   template void launch_block_rows<T>(const RowsParams<T>&, int, bool, int, int, cudaStream_t);
 FAE_INSTANTIATE_ROWS(float)

@@ -10,6 +10,7 @@
 //   online (online == true):  one reduction of (local max, local sum) states with the merge rule.
 #include "common/grid_dependency.cuh"
 #include "softmax/online_math.cuh"
+#include "softmax/pair_group.cuh"
 #include "softmax/split_exchange.cuh"
 
 namespace flash_attn_ext {
@@ -63,7 +64,7 @@ __device__ __forceinline__ OnlineState<acc_t<T>> team_row(acc_t<T> (&v)[kVpl][Ro
 // Scalar rows take it too, but for fp32 at 8 vectors per lane (softmax_rows.cu says why).
 // The output and reduction a warp-rows instantiation fixes at compile time (General: both read from p).
 enum class FixedRows { General, SafeSoftmax, SafeLogSoftmax };
-template <typename T, int kVpl, bool kAligned, FixedRows kFixed = FixedRows::General>
+template <typename T, int kVpl, bool kAligned, FixedRows kFixed = FixedRows::General, bool kPairs = false>
 __global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? 0 : 3) softmax_warp_rows_kernel(const RowsParams<T> p) {
   begin_dependent_grid();
   using A = acc_t<T>;
@@ -88,13 +89,23 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? 0 : 3) softmax_wa
     const int64_t offset = valid ? row * p.len : 0;
 
     A v[kVpl][kVec];
-    load_group<T, kVpl, kAligned>(p.x + offset, len, 0, lanes, li, v);
-    const OnlineState<A> row_state = team_row<T, kVpl, kAligned && kFastExp<T>>(v, lanes, output, online);
+    int d = 0;  // pairs: the row's shift on the pair grid, the output row's as well (the host checks)
+    if constexpr (kPairs) {
+      d = valid ? pair_shift(p.x + offset) : 0;
+      load_pairs<T, kVpl>(p.x + offset, len, d, lanes, li, v);
+    } else {
+      load_group<T, kVpl, kAligned>(p.x + offset, len, 0, lanes, li, v);
+    }
+    const OnlineState<A> row_state = team_row<T, kVpl, (kAligned || kPairs) && kFastExp<T>>(v, lanes, output, online);
     if (output == SoftmaxOutput::LogSumExp) {
       if (valid && li == 0) p.y[row] = from_acc<T>(row_lse(row_state));
       continue;
     }
-    store_group<T, kVpl, kAligned>(p.y + offset, len, 0, lanes, li, v);
+    if constexpr (kPairs) {
+      store_pairs<T, kVpl>(p.y + offset, len, d, lanes, li, v);
+    } else {
+      store_group<T, kVpl, kAligned>(p.y + offset, len, 0, lanes, li, v);
+    }
   }
 }
 

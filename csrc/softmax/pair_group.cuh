@@ -1,0 +1,112 @@
+#pragma once
+// Unaligned short rows moved as element pairs: the warp kernel's layout for 16-bit and fp32 rows whose length
+// is not a multiple of the 16-byte vector, or whose base is off the 16-byte grid.
+//
+// A pair is two consecutive elements on the memory's pair grid (one 4-byte word of 16-bit elements, one 8-byte
+// word of fp32). A row whose first element is the second of a pair (shift d = 1, else 0) is read from the pairs
+// that start at row - d, as offsets [d, len + d). Pair q = (s * kVec / 2 + i) * nt + t of thread t in a team of
+// nt holds offsets 2q and 2q + 1 in v[s][2i] and v[s][2i + 1], so the team's accesses are consecutive words.
+// Why pairs rather than 16-byte vectors on the memory's grid: an odd-length row spans (len + 1) / 2 pairs
+// whatever its shift, so it needs no more slots than its length fills (127 fp32 elements on 16-byte vectors can
+// need 33, two per lane: 1.5x slower, NOTES "s59 call 1"), and a pair costs the element-wise layout's
+// instructions for one element: these kernels issue an instruction nearly every cycle (NOTES "s60 call 2").
+// A row's first and last pair may hold an element of the neighbouring row: it is read (the same aligned word,
+// so on a page the row is on) as -inf, and never written.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "softmax/online_math.cuh"
+
+namespace flash_attn_ext {
+namespace softmax {
+
+template <typename T> struct PairIO;
+template <> struct PairIO<float> {
+  using Word = float2;
+  static __device__ __forceinline__ void unpack(Word w, float& a, float& b) {
+    a = w.x;
+    b = w.y;
+  }
+  static __device__ __forceinline__ Word pack(float a, float b) { return make_float2(a, b); }
+};
+template <> struct PairIO<__half> {
+  using Word = unsigned;
+  static __device__ __forceinline__ void unpack(Word w, float& a, float& b) {
+    const float2 f = VecIO<__half>::unpack2(w);
+    a = f.x;
+    b = f.y;
+  }
+  static __device__ __forceinline__ Word pack(float a, float b) { return VecIO<__half>::pack2(a, b); }
+};
+template <> struct PairIO<__nv_bfloat16> {
+  using Word = unsigned;
+  static __device__ __forceinline__ void unpack(Word w, float& a, float& b) {
+    a = __uint_as_float(w << 16);
+    b = __uint_as_float(w & 0xffff0000u);
+  }
+  static __device__ __forceinline__ Word pack(float a, float b) { return VecIO<__nv_bfloat16>::pack2(a, b); }
+};
+
+// The element types with a pair layout (fp64 rows stay element-wise: a pair would be a 16-byte vector).
+template <typename T> constexpr bool kPairRows = sizeof(T) == 2 || sizeof(T) == 4;
+
+// 1 when the element at p is the second of its pair.
+template <typename T> __device__ __forceinline__ int pair_shift(const T* p) {
+  return static_cast<int>((reinterpret_cast<uintptr_t>(p) / sizeof(T)) & 1);
+}
+
+// The team's row (shift d) into v; offsets outside [d, len + d) read as -inf. nt * kN * kVec >= len + d.
+template <typename T, int kN>
+__device__ __forceinline__ void load_pairs(const T* row, int64_t len, int d, int nt, int t,
+                                           acc_t<T> (&v)[kN][RowsTraits<T>::kVec]) {
+  using A = acc_t<T>;
+  using Word = typename PairIO<T>::Word;
+  constexpr int kPairs = RowsTraits<T>::kVec / 2;
+  const int rem = remaining(len + d, 2 * static_cast<int64_t>(t));  // offsets left from this thread's first pair
+  const Word* ptr = reinterpret_cast<const Word*>(row - d) + t;
+#pragma unroll
+  for (int s = 0; s < kN; ++s)
+#pragma unroll
+    for (int i = 0; i < kPairs; ++i) {
+      const int q = (s * kPairs + i) * nt;  // pairs past this thread's first
+      A a = neg_inf<A>(), b = neg_inf<A>();
+      if (2 * q < rem) PairIO<T>::unpack(__ldg(ptr + q), a, b);
+      v[s][2 * i] = a;
+      v[s][2 * i + 1] = 2 * q + 1 < rem ? b : neg_inf<A>();
+    }
+  if (t == 0 && d != 0) v[0][0] = neg_inf<A>();
+}
+
+// v's elements at offsets [d, len + d) into the row (shift d): whole pairs as one store, a row's edge element
+// alone.
+template <typename T, int kN>
+__device__ __forceinline__ void store_pairs(T* row, int64_t len, int d, int nt, int t,
+                                            const acc_t<T> (&v)[kN][RowsTraits<T>::kVec]) {
+  using Word = typename PairIO<T>::Word;
+  constexpr int kPairs = RowsTraits<T>::kVec / 2;
+  const int rem = remaining(len + d, 2 * static_cast<int64_t>(t));
+  Word* ptr = reinterpret_cast<Word*>(row - d) + t;
+  T* elems = row - d + 2 * static_cast<int64_t>(t);
+  const bool lead_outside = t == 0 && d != 0;  // this thread's first offset (0) is the previous row's
+#pragma unroll
+  for (int s = 0; s < kN; ++s)
+#pragma unroll
+    for (int i = 0; i < kPairs; ++i) {
+      const int q = (s * kPairs + i) * nt;
+      if (2 * q >= rem) continue;
+      const bool first = s != 0 || i != 0 || !lead_outside;
+      const bool second = 2 * q + 1 < rem;
+      if (first && second) {
+        ptr[q] = PairIO<T>::pack(v[s][2 * i], v[s][2 * i + 1]);
+      } else if (first) {
+        elems[2 * q] = from_acc<T>(v[s][2 * i]);
+      } else if (second) {
+        elems[2 * q + 1] = from_acc<T>(v[s][2 * i + 1]);
+      }
+    }
+}
+
+}  // namespace softmax
+}  // namespace flash_attn_ext

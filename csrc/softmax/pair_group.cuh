@@ -23,8 +23,10 @@ namespace flash_attn_ext {
 namespace softmax {
 
 template <typename T> struct PairIO;
+// Word: the pair as loaded and stored; neg_inf_pair: a pair of -inf (what a pair outside the row reads as).
 template <> struct PairIO<float> {
   using Word = float2;
+  static __device__ __forceinline__ Word neg_inf_pair() { return make_float2(-INFINITY, -INFINITY); }
   static __device__ __forceinline__ void unpack(Word w, float& a, float& b) {
     a = w.x;
     b = w.y;
@@ -33,6 +35,7 @@ template <> struct PairIO<float> {
 };
 template <> struct PairIO<__half> {
   using Word = unsigned;
+  static __device__ __forceinline__ Word neg_inf_pair() { return 0xfc00fc00u; }
   static __device__ __forceinline__ void unpack(Word w, float& a, float& b) {
     const float2 f = VecIO<__half>::unpack2(w);
     a = f.x;
@@ -42,6 +45,7 @@ template <> struct PairIO<__half> {
 };
 template <> struct PairIO<__nv_bfloat16> {
   using Word = unsigned;
+  static __device__ __forceinline__ Word neg_inf_pair() { return 0xff80ff80u; }
   static __device__ __forceinline__ void unpack(Word w, float& a, float& b) {
     a = __uint_as_float(w << 16);
     b = __uint_as_float(w & 0xffff0000u);
@@ -57,7 +61,9 @@ template <typename T> __device__ __forceinline__ int pair_shift(const T* p) {
   return static_cast<int>((reinterpret_cast<uintptr_t>(p) / sizeof(T)) & 1);
 }
 
-// The team's row (shift d) into v; offsets outside [d, len + d) read as -inf. nt * kN * kVec >= len + d.
+// The team's row (shift d) into v; offsets outside [d, len + d) read as -inf. nt * kN * kVec >= len + d. Every
+// load is issued before any is unpacked: unpacking inside each load's branch made each load wait for the one
+// before (the block kernel's shifted loads ran at half speed that way, NOTES "s59 call 1").
 template <typename T, int kN>
 __device__ __forceinline__ void load_pairs(const T* row, int64_t len, int d, int nt, int t,
                                            acc_t<T> (&v)[kN][RowsTraits<T>::kVec]) {
@@ -66,14 +72,22 @@ __device__ __forceinline__ void load_pairs(const T* row, int64_t len, int d, int
   constexpr int kPairs = RowsTraits<T>::kVec / 2;
   const int rem = remaining(len + d, 2 * static_cast<int64_t>(t));  // offsets left from this thread's first pair
   const Word* ptr = reinterpret_cast<const Word*>(row - d) + t;
+  Word w[kN][kPairs];
 #pragma unroll
   for (int s = 0; s < kN; ++s)
 #pragma unroll
     for (int i = 0; i < kPairs; ++i) {
       const int q = (s * kPairs + i) * nt;  // pairs past this thread's first
-      A a = neg_inf<A>(), b = neg_inf<A>();
-      if (2 * q < rem) PairIO<T>::unpack(__ldg(ptr + q), a, b);
-      v[s][2 * i] = a;
+      w[s][i] = PairIO<T>::neg_inf_pair();
+      if (2 * q < rem) w[s][i] = __ldg(ptr + q);
+    }
+#pragma unroll
+  for (int s = 0; s < kN; ++s)
+#pragma unroll
+    for (int i = 0; i < kPairs; ++i) {
+      const int q = (s * kPairs + i) * nt;
+      A b;
+      PairIO<T>::unpack(w[s][i], v[s][2 * i], b);
       v[s][2 * i + 1] = 2 * q + 1 < rem ? b : neg_inf<A>();
     }
   if (t == 0 && d != 0) v[0][0] = neg_inf<A>();

@@ -8,8 +8,9 @@
 // nt holds offsets 2q and 2q + 1 in v[s][2i] and v[s][2i + 1], so the team's accesses are consecutive words.
 // Why pairs rather than 16-byte vectors on the memory's grid: an odd-length row spans (len + 1) / 2 pairs
 // whatever its shift, so it needs no more slots than its length fills (127 fp32 elements on 16-byte vectors can
-// need 33, two per lane: 1.5x slower, NOTES "s59 call 1"), and a pair costs the element-wise layout's
+// need 33, two per lane: 1.5x slower, NOTES "s59 call 1"), and a pair costs about the element-wise layout's
 // instructions for one element: these kernels issue an instruction nearly every cycle (NOTES "s60 call 2").
+// Where that paid and where not: pair_rows_pay (softmax_launch.h).
 // A row's first and last pair may hold an element of the neighbouring row: it is read (the same aligned word,
 // so on a page the row is on) as -inf, and never written.
 #include <cuda_bf16.h>
@@ -52,9 +53,6 @@ template <> struct PairIO<__nv_bfloat16> {
   }
   static __device__ __forceinline__ Word pack(float a, float b) { return VecIO<__nv_bfloat16>::pack2(a, b); }
 };
-
-// The element types with a pair layout (fp64 rows stay element-wise: a pair would be a 16-byte vector).
-template <typename T> constexpr bool kPairRows = sizeof(T) == 2 || sizeof(T) == 4;
 
 // 1 when the element at p is the second of its pair.
 template <typename T> __device__ __forceinline__ int pair_shift(const T* p) {

@@ -598,8 +598,9 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
       fail("unaligned rows of more than 8 values per lane need lanes=32");
     }
     while ((1 << rp.lanes_log2) < plan.lanes) ++rp.lanes_log2;
-    // Pairs: every row's pairs fit (an odd-length row's shift alternates, so count one for it).
-    const bool pairs = !s.aligned && s.pairs &&
+    // Pairs where they paid (pair_rows_pay), when every row's pairs fit (an odd-length row's shift alternates,
+    // so count one for it).
+    const bool pairs = !s.aligned && s.pairs && pair_rows_pay<T>(plan.vpt) &&
                        int64_t(plan.lanes) * plan.vpt * kVec >= s.len + (s.len % 2 == 1 ? 1 : s.pair_shift);
     launch_warp_rows<T>(rp, plan.vpt, s.aligned, pairs, capped_grid(ceil_div(s.rows, kWarpRowsThreads / plan.lanes)),
                         stream);

@@ -39,6 +39,15 @@ constexpr int kWarpRowsThreads = 256;    // warp-per-row kernel: 8 warps per blo
 // 20.2 on 16 lanes of 8, 65536x61 23.5 against 13.0, 32768x383 37.1 against 29.8; fp32 32768x383 36.2 against
 // 31.6). Up to 8 values a lane take any team width (softmax_cuda.cu's warp rule says where that pays).
 template <typename T> constexpr bool scalar_rows_whole_warp(int vpl) { return vpl * RowsTraits<T>::kVec > 8; }
+// Unaligned warp rows that softmax (max-then-sum) moves as element pairs (pair_group.cuh) rather than element
+// by element: 16-bit rows at <= 2 vectors per lane, fp32 at >= 4 (whole warps). H200, s61 call 3, us cold,
+// element-wise -> pairs (both with the 16-bit fast exponential): paid on bf16 65536x127 18.0 -> 16.6, 65536x61
+// 13.6 -> 12.3, 32768x383 24.1 -> 21.8, fp32 32768x383 31.0 -> 27.5, 16384x1023 36.6 -> 35.3; lost on bf16
+// 16384x1023 (4 vectors) 27.2 -> 28.2 (streamed 24.8 -> 27.1), fp32 65536x127 (2 vectors on 16 lanes) 20.9 ->
+// 21.5, 65536x61 13.0 -> 14.0, and for log_softmax on 32768x383 (bf16 21.9 -> 23.2, fp32 32.3 -> 34.0).
+template <typename T> constexpr bool pair_rows_pay(int vpl) {
+  return sizeof(T) == 2 ? vpl <= 2 : sizeof(T) == 4 && vpl >= 4;
+}
 constexpr int kMaxBlockThreads = 1024;   // block-per-chunk kernel: any multiple of 32 up to this
 constexpr int kSplitThreads = 512;       // rows needing more threads than this (at the large vpt) split
 constexpr int kSplitBlockThreads = 256;  // block size of the split-row configuration (H100 sweep: beat 512)
@@ -132,7 +141,8 @@ template <typename T> struct ColumnsParams {
 };
 
 // pairs (unaligned rows only): the element-pair layout (pair_group.cuh) for 16-bit and fp32 rows whose output
-// lies on the input's pair grid, lanes * vpl vectors holding len + the first row's shift (odd len: len + 1).
+// lies on the input's pair grid, lanes * vpl vectors holding len + the first row's shift (odd len: len + 1),
+// where pair_rows_pay(vpl); taken for softmax with the max-then-sum reduction, other outputs stay element-wise.
 template <typename T> void launch_warp_rows(const RowsParams<T>& p, int vpl, bool aligned, bool pairs, int grid,
                                             cudaStream_t stream);
 // Cooperative when p.chunks > 1: then every block must be co-resident (grid <= resident capacity).

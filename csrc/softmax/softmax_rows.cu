@@ -23,26 +23,21 @@ template <typename T> using RowsKernel = void (*)(RowsParams<T>);
 // 16384x1023 35.7 / 34.3 -> 33.5 / 32.0; fp32 65536x127 26.4 / 23.9 -> 24.2 / 22.2, 65536x97 26.8 / 23.2 ->
 // 24.6 / 21.3. fp32 at 8 vectors per lane (32 scalars) took 80 registers specialized against 64 (3 blocks per
 // SM, not 4) and ran 16384x1023 at 39.6-40.3 us cold against 37.8.
-template <typename T, int kVpl, bool kAligned, bool kPairs = false> RowsKernel<T> warp_kernel_of(FixedRows fixed) {
+template <typename T, int kVpl, bool kAligned> RowsKernel<T> warp_kernel_of(FixedRows fixed) {
   switch (fixed) {
-    case FixedRows::SafeSoftmax: return softmax_warp_rows_kernel<T, kVpl, kAligned, FixedRows::SafeSoftmax, kPairs>;
-    case FixedRows::SafeLogSoftmax:
-      return softmax_warp_rows_kernel<T, kVpl, kAligned, FixedRows::SafeLogSoftmax, kPairs>;
-    default: return softmax_warp_rows_kernel<T, kVpl, kAligned, FixedRows::General, kPairs>;
+    case FixedRows::SafeSoftmax: return softmax_warp_rows_kernel<T, kVpl, kAligned, FixedRows::SafeSoftmax>;
+    case FixedRows::SafeLogSoftmax: return softmax_warp_rows_kernel<T, kVpl, kAligned, FixedRows::SafeLogSoftmax>;
+    default: return softmax_warp_rows_kernel<T, kVpl, kAligned>;
   }
 }
 
 template <typename T, int kVpl> RowsKernel<T> warp_kernel(bool aligned, bool pairs, FixedRows fixed) {
   if constexpr (kVpl <= RowsTraits<T>::kMaxVpt) {
     if (aligned) return warp_kernel_of<T, kVpl, true>(fixed);
-    if constexpr (kPairRows<T>) {
-      if (pairs) {
-        if constexpr (std::is_same_v<T, float> && kVpl == 8) {
-          return softmax_warp_rows_kernel<T, kVpl, false, FixedRows::General, true>;
-        } else {
-          return warp_kernel_of<T, kVpl, false, true>(fixed);
-        }
-      }
+    if constexpr (pair_rows_pay<T>(kVpl)) {
+      // Pairs run softmax only; fp32 at 8 vectors on the general instantiation, as element-wise rows do.
+      constexpr FixedRows kPairFixed = kVpl == 8 ? FixedRows::General : FixedRows::SafeSoftmax;
+      if (pairs) return softmax_warp_rows_kernel<T, kVpl, false, kPairFixed, true>;
     }
     if constexpr (std::is_same_v<T, float> && kVpl == 8) {
       return softmax_warp_rows_kernel<T, kVpl, false>;
@@ -87,7 +82,7 @@ void launch_warp_rows(const RowsParams<T>& p, int vpl, bool aligned, bool pairs,
                           : p.output == SoftmaxOutput::Softmax    ? FixedRows::SafeSoftmax
                           : p.output == SoftmaxOutput::LogSoftmax ? FixedRows::SafeLogSoftmax
                                                                   : FixedRows::General;
-  launch_kernel(select_warp_kernel<T>(vpl, aligned, pairs, fixed), grid, kWarpRowsThreads, 0, stream,
+  launch_kernel(select_warp_kernel<T>(vpl, aligned, pairs && fixed == FixedRows::SafeSoftmax, fixed), grid, kWarpRowsThreads, 0, stream,
                 LaunchKind::Plain, p);
 }
 

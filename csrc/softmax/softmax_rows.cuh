@@ -50,7 +50,8 @@ __device__ __forceinline__ OnlineState<acc_t<T>> team_row(acc_t<T> (&v)[kVpl][Ro
 // grid-stride. Each lane holds kVpl vectors of kVec elements: len <= lanes * kVpl * kVec. Reductions are
 // xor-shuffles inside the team. Teams past the last row run the shuffles (the warp must) but touch no memory.
 // Unaligned rows (a length that is not a multiple of kVec, or a base off the 16-byte grid) take load_group's
-// element-wise layout. Why not vectors on the memory's grid as the block kernel does (load_group_shifted):
+// element-wise layout, or for softmax where it paid (pair_rows_pay) element pairs (kPairs, pair_group.cuh). Why
+// not vectors on the memory's grid as the block kernel does (load_group_shifted):
 // such a row may need one more vector than its length fills, which doubled the vectors per lane of 127-element
 // fp32 rows (65536x127: 35.7 us against 23.9 element-wise on the H200), and staging a block's rows through
 // shared memory as one span ran slower still (fp32 32.0 us, 65536x129 46.7, 16384x1023 57.2; NOTES "s59 call
@@ -80,6 +81,11 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? 0 : 3) softmax_wa
                                : kFixed == FixedRows::SafeLogSoftmax ? SoftmaxOutput::LogSoftmax
                                                                      : p.output;
   const bool online = kFixed == FixedRows::General ? p.online : false;
+  // The 16-bit fast exponential (ShiftedExp) on every row but the general instantiation's element-wise ones, where
+  // it took the 32-value variants to 80 registers and 76 bytes of spills. H200, s61 calls 2-3, element-wise bf16
+  // rows, us cold, expf -> fast: 65536x127 20.4 -> 18.0, 16384x1023 34.5 -> 27.1, 32768x383 29.8 -> 24.0 (torch
+  // 18.9, 32.2, 26.8).
+  constexpr bool kFast = kFastExp<T> && (kAligned || kPairs || kFixed != FixedRows::General);
 
   for (int64_t first_row = static_cast<int64_t>(blockIdx.x) * rows_per_block; first_row < p.rows;
        first_row += static_cast<int64_t>(gridDim.x) * rows_per_block) {
@@ -96,7 +102,7 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? 0 : 3) softmax_wa
     } else {
       load_group<T, kVpl, kAligned>(p.x + offset, len, 0, lanes, li, v);
     }
-    const OnlineState<A> row_state = team_row<T, kVpl, (kAligned || kPairs) && kFastExp<T>>(v, lanes, output, online);
+    const OnlineState<A> row_state = team_row<T, kVpl, kFast>(v, lanes, output, online);
     if (output == SoftmaxOutput::LogSumExp) {
       if (valid && li == 0) p.y[row] = from_acc<T>(row_lse(row_state));
       continue;

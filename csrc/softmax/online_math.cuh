@@ -140,9 +140,11 @@ struct FusedExp2 {
   __device__ __forceinline__ float operator()(float x) const { return fast_exp2(fmaf(x, c, -k)); }
 };
 
-// Returns the sum of the terms rescale(v, ref), or with kFast ShiftedExp's exp(v - ref) (exp(v) when ref
-// is infinite: the same results after the finalize rules); with keep != 0 the terms replace v (softmax
-// reuses them in its epilogue, so each element costs one exponential).
+// Returns the sum of the terms ShiftedExp's exp(v - ref) (exp(v) when ref is infinite: the same results
+// after the finalize rules as rescale(v, ref)), kFast: by the 16-bit fast exponential; with keep != 0 the
+// terms replace v (softmax reuses them in its epilogue, so each element costs one exponential). Why not
+// rescale(v, ref): its a == m guard put a branch and a convergence barrier around every fp32 exponential
+// (SASS, s61 call 5), and these kernels are bound by instruction issue on short rows.
 template <bool kFast, typename A, int kN, int kM>
 __device__ __forceinline__ A sum_rescaled(A (&v)[kN][kM], A ref, bool keep) {
   const ShiftedExp<A, kFast> e(ref);
@@ -151,7 +153,7 @@ __device__ __forceinline__ A sum_rescaled(A (&v)[kN][kM], A ref, bool keep) {
   for (int i = 0; i < kN; ++i)
 #pragma unroll
     for (int j = 0; j < kM; ++j) {
-      const A term = kFast ? e(v[i][j]) : rescale(v[i][j], ref);
+      const A term = e(v[i][j]);
       sum += term;
       if (keep) v[i][j] = term;
     }

@@ -144,16 +144,19 @@ struct FusedExp2 {
 // after the finalize rules as rescale(v, ref)), kFast: by the 16-bit fast exponential; with keep != 0 the
 // terms replace v (softmax reuses them in its epilogue, so each element costs one exponential). Why not
 // rescale(v, ref): its a == m guard put a branch and a convergence barrier around every fp32 exponential
-// (SASS, s61 call 5), and these kernels are bound by instruction issue on short rows.
-template <bool kFast, typename A, int kN, int kM>
+// (SASS, s61 call 5), and these kernels are bound by instruction issue on short rows. kGuarded keeps
+// rescale's form: where the exponentials, no longer behind a branch each, overlap and the registers run out
+// (ptxas spilled the 32-value element-wise warp rows and fp64 block rows).
+template <bool kFast, bool kGuarded = false, typename A, int kN, int kM>
 __device__ __forceinline__ A sum_rescaled(A (&v)[kN][kM], A ref, bool keep) {
+  static_assert(!(kFast && kGuarded), "the fast exponential has no guard");
   const ShiftedExp<A, kFast> e(ref);
   A sum = A(0);
 #pragma unroll
   for (int i = 0; i < kN; ++i)
 #pragma unroll
     for (int j = 0; j < kM; ++j) {
-      const A term = e(v[i][j]);
+      const A term = kGuarded ? rescale(v[i][j], ref) : e(v[i][j]);
       sum += term;
       if (keep) v[i][j] = term;
     }

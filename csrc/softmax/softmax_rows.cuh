@@ -20,7 +20,7 @@ namespace softmax {
 // across the team's `lanes` lanes (xor-shuffles) and, unless the output is logsumexp, the epilogue, which leaves the
 // outputs in v. kFast: the sum's terms by the 16-bit fast exponential (ShiftedExp). Every thread's local max comes
 // first and exp(x - local max) stays in v, so softmax costs one exponential per element whichever reduction runs.
-template <typename T, int kVpl, bool kFast>
+template <typename T, int kVpl, bool kFast, bool kGuarded = false>
 __device__ __forceinline__ OnlineState<acc_t<T>> team_row(acc_t<T> (&v)[kVpl][RowsTraits<T>::kVec], int lanes,
                                                           SoftmaxOutput output, bool online) {
   using A = acc_t<T>;
@@ -28,7 +28,7 @@ __device__ __forceinline__ OnlineState<acc_t<T>> team_row(acc_t<T> (&v)[kVpl][Ro
   const A local_max = max_of(v);
   // The terms are taken against the lane's own max (online) or the row max (safe).
   const A ref = online ? local_max : warp_allreduce(local_max, MaxOp{}, lanes);
-  const A local_sum = sum_rescaled<kFast>(v, ref, output == SoftmaxOutput::Softmax);
+  const A local_sum = sum_rescaled<kFast, kGuarded>(v, ref, output == SoftmaxOutput::Softmax);
   OnlineState<A> row_state;
   if (online) {
     row_state = warp_allreduce(OnlineState<A>{ref, local_sum}, MergeOp{}, lanes);
@@ -86,6 +86,10 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? 0 : 3) softmax_wa
   // rows, us cold, expf -> fast: 65536x127 20.4 -> 18.0, 16384x1023 34.5 -> 27.1, 32768x383 29.8 -> 24.0 (torch
   // 18.9, 32.2, 26.8).
   constexpr bool kFast = kFastExp<T> && (kAligned || kPairs || kFixed != FixedRows::General);
+  // The sum's guarded exponentials (sum_rescaled) for the general instantiation's element-wise rows of 32 values
+  // a lane: unguarded, ptxas spilled them (16-bit 76 bytes, fp32 12: log_softmax 16384x1023 37.3 -> 40.4 us, s61
+  // call 6).
+  constexpr bool kGuarded = !kFast && !kAligned && !kPairs && kFixed == FixedRows::General && kVpl * kVec >= 32;
 
   for (int64_t first_row = static_cast<int64_t>(blockIdx.x) * rows_per_block; first_row < p.rows;
        first_row += static_cast<int64_t>(gridDim.x) * rows_per_block) {
@@ -102,7 +106,7 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? 0 : 3) softmax_wa
     } else {
       load_group<T, kVpl, kAligned>(p.x + offset, len, 0, lanes, li, v);
     }
-    const OnlineState<A> row_state = team_row<T, kVpl, kFast>(v, lanes, output, online);
+    const OnlineState<A> row_state = team_row<T, kVpl, kFast, kGuarded>(v, lanes, output, online);
     if (output == SoftmaxOutput::LogSumExp) {
       if (valid && li == 0) p.y[row] = from_acc<T>(row_lse(row_state));
       continue;
@@ -173,12 +177,12 @@ __global__ void __launch_bounds__(kMaxBlockThreads, 1) softmax_block_rows_kernel
     }
 
     const A ref = online ? local_max : block_allreduce(local_max, MaxOp{}, neg_inf<A>(), s_val);
-    A local_sum = sum_rescaled<kFastExp<T>>(v, ref, keep_terms);
+    A local_sum = sum_rescaled<kFastExp<T>, std::is_same_v<A, double>>(v, ref, keep_terms);
     for (int k = 0; k < smem_vecs; ++k) {
       if (first + smem_base + k * smem_stride >= p.len) break;
       A w[1][kVec];
       VecIO<T>::unpack(s_chunk[k * nt + t], w[0]);
-      local_sum += sum_rescaled<kFastExp<T>>(w, ref, false);
+      local_sum += sum_rescaled<kFastExp<T>, std::is_same_v<A, double>>(w, ref, false);
     }
     OnlineState<A> row_state;
     if (online) {

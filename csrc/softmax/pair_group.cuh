@@ -55,7 +55,7 @@ template <> struct PairIO<__nv_bfloat16> {
 };
 
 // 1 when the element at p is the second of its pair.
-template <typename T> __device__ __forceinline__ int pair_shift(const T* p) {
+template <typename T> __host__ __device__ __forceinline__ int pair_shift(const T* p) {
   return static_cast<int>((reinterpret_cast<uintptr_t>(p) / sizeof(T)) & 1);
 }
 

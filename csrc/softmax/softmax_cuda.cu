@@ -147,8 +147,6 @@ struct RowsShape {
                   // whose output lies on the input's 16-byte grid (ItemVectors)
   bool dual;      // the dual-role kernel can run (the same conditions)
   bool resident;  // the resident kernel can run: the same, for 16-bit types
-  bool pairs;     // unaligned warp rows can move as element pairs: 16-bit or fp32, x and y on one pair grid
-  int pair_shift;  // x's first element is the second of its pair (1) or not (0)
 };
 
 // Pipelined kernel (softmax_pipelined.cuh): 16 KiB ring pieces, as many as the opt-in shared memory holds
@@ -598,11 +596,7 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
       fail("unaligned rows of more than 8 values per lane need lanes=32");
     }
     while ((1 << rp.lanes_log2) < plan.lanes) ++rp.lanes_log2;
-    // Pairs where they paid (pair_rows_pay), when every row's pairs fit (an odd-length row's shift alternates,
-    // so count one for it).
-    const bool pairs = !s.aligned && s.pairs && pair_rows_pay<T>(plan.vpt) &&
-                       int64_t(plan.lanes) * plan.vpt * kVec >= s.len + (s.len % 2 == 1 ? 1 : s.pair_shift);
-    launch_warp_rows<T>(rp, plan.vpt, s.aligned, pairs, capped_grid(ceil_div(s.rows, kWarpRowsThreads / plan.lanes)),
+    launch_warp_rows<T>(rp, plan.vpt, s.aligned, capped_grid(ceil_div(s.rows, kWarpRowsThreads / plan.lanes)),
                         stream);
     return;
   }
@@ -789,17 +783,13 @@ template <typename T> void softmax_cuda_typed(const SoftmaxProblem& p, cudaStrea
               prop->reservedSharedMemPerBlock,
               false,
               false,
-              false,
-              false,
-              static_cast<int>((reinterpret_cast<uintptr_t>(x) / sizeof(T)) & 1)};
+              false};
   // Unaligned rows go to the pipelined kernel when the output's 16-byte grid is the input's (both fresh
   // tensors: the allocator aligns them alike), so one shift per item aligns both its copies and its stores.
   const bool same_grid = (reinterpret_cast<uintptr_t>(x) & 15) == (reinterpret_cast<uintptr_t>(y) & 15);
   s.pipe = (s.aligned || same_grid) && pipe_supported<T>();
   s.dual = s.aligned && dual_supported<T>();
   if constexpr (sizeof(T) == 2) s.resident = s.aligned && resident_supported<T>();
-  s.pairs = (sizeof(T) == 2 || sizeof(T) == 4) &&
-            s.pair_shift == static_cast<int>((reinterpret_cast<uintptr_t>(y) / sizeof(T)) & 1);
   const RowsPlan* forced = forced_rows_plan();
   launch_plan<T>(p, s, forced != nullptr ? *forced : heuristic_plan<T>(p, s), stream);
 }

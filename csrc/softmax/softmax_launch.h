@@ -140,10 +140,7 @@ template <typename T> struct ColumnsParams {
   SoftmaxOutput output;
 };
 
-// pairs (unaligned rows only): the element-pair layout (pair_group.cuh) for 16-bit and fp32 rows whose output
-// lies on the input's pair grid, lanes * vpl vectors holding len + the first row's shift (odd len: len + 1),
-// where pair_rows_pay(vpl); taken for softmax with the max-then-sum reduction, other outputs stay element-wise.
-template <typename T> void launch_warp_rows(const RowsParams<T>& p, int vpl, bool aligned, bool pairs, int grid,
+template <typename T> void launch_warp_rows(const RowsParams<T>& p, int vpl, bool aligned, int grid,
                                             cudaStream_t stream);
 // Cooperative when p.chunks > 1: then every block must be co-resident (grid <= resident capacity).
 template <typename T> void launch_block_rows(const RowsParams<T>& p, int vpt, bool aligned, int threads,

@@ -77,12 +77,17 @@ template <typename T> RowsKernel<T> select_block_kernel(int vpt, bool aligned) {
 }  // namespace
 
 template <typename T>
-void launch_warp_rows(const RowsParams<T>& p, int vpl, bool aligned, bool pairs, int grid, cudaStream_t stream) {
+void launch_warp_rows(const RowsParams<T>& p, int vpl, bool aligned, int grid, cudaStream_t stream) {
   const FixedRows fixed = p.online                                 ? FixedRows::General
                           : p.output == SoftmaxOutput::Softmax    ? FixedRows::SafeSoftmax
                           : p.output == SoftmaxOutput::LogSoftmax ? FixedRows::SafeLogSoftmax
                                                                   : FixedRows::General;
-  launch_kernel(select_warp_kernel<T>(vpl, aligned, pairs && fixed == FixedRows::SafeSoftmax, fixed), grid, kWarpRowsThreads, 0, stream,
+  // Element pairs (pair_group.cuh) for unaligned softmax rows where they paid (pair_rows_pay), when the output's
+  // pairs lie on the input's and every row's pairs fit (an odd-length row's shift alternates: count one for it).
+  const int64_t held = (int64_t(1) << p.lanes_log2) * vpl * RowsTraits<T>::kVec;
+  const bool pairs = !aligned && fixed == FixedRows::SafeSoftmax && pair_rows_pay<T>(vpl) &&
+                     pair_shift(p.x) == pair_shift(p.y) && held >= p.len + (p.len % 2 == 1 ? 1 : pair_shift(p.x));
+  launch_kernel(select_warp_kernel<T>(vpl, aligned, pairs, fixed), grid, kWarpRowsThreads, 0, stream,
                 LaunchKind::Plain, p);
 }
 
@@ -100,7 +105,7 @@ void launch_block_rows(const RowsParams<T>& p, int vpt, bool aligned, int thread
 }
 
 #define FAE_INSTANTIATE_ROWS(T)                                                                              \
-  template void launch_warp_rows<T>(const RowsParams<T>&, int, bool, bool, int, cudaStream_t);               \
+  template void launch_warp_rows<T>(const RowsParams<T>&, int, bool, int, cudaStream_t);                     \
   template int block_rows_blocks_per_sm<T>(int, bool, int, size_t);                                          \
   template void launch_block_rows<T>(const RowsParams<T>&, int, bool, int, int, cudaStream_t);
 FAE_INSTANTIATE_ROWS(float)

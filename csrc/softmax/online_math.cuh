@@ -314,6 +314,9 @@ template <> struct VecIO<__half> {
 };
 template <> struct VecIO<__nv_bfloat16> {
   // bf16 -> fp32 is a 16-bit shift; fp32 -> bf16 rounds to nearest even (one F2FP per pair on sm_80+).
+  static __device__ __forceinline__ float2 unpack2(unsigned w) {
+    return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u));
+  }
   static __device__ __forceinline__ unsigned pack2(float a, float b) {
     return bit_cast<unsigned>(__floats2bfloat162_rn(a, b));
   }
@@ -321,8 +324,9 @@ template <> struct VecIO<__nv_bfloat16> {
     const unsigned w[4] = {r.x, r.y, r.z, r.w};
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      v[2 * i] = __uint_as_float(w[i] << 16);
-      v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+      const float2 f = unpack2(w[i]);
+      v[2 * i] = f.x;
+      v[2 * i + 1] = f.y;
     }
   }
   static __device__ __forceinline__ uint4 pack(const float (&v)[8]) {

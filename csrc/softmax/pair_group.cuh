@@ -23,8 +23,18 @@
 namespace flash_attn_ext {
 namespace softmax {
 
-template <typename T> struct PairIO;
 // Word: the pair as loaded and stored; neg_inf_pair: a pair of -inf (what a pair outside the row reads as).
+// 16-bit: one 4-byte word, by VecIO's pair conversions.
+template <typename T> struct PairIO {
+  using Word = unsigned;
+  static __device__ __forceinline__ Word neg_inf_pair() { return neg_inf_vector<T>().x; }
+  static __device__ __forceinline__ void unpack(Word w, float& a, float& b) {
+    const float2 f = VecIO<T>::unpack2(w);
+    a = f.x;
+    b = f.y;
+  }
+  static __device__ __forceinline__ Word pack(float a, float b) { return VecIO<T>::pack2(a, b); }
+};
 template <> struct PairIO<float> {
   using Word = float2;
   static __device__ __forceinline__ Word neg_inf_pair() { return make_float2(-INFINITY, -INFINITY); }
@@ -33,25 +43,6 @@ template <> struct PairIO<float> {
     b = w.y;
   }
   static __device__ __forceinline__ Word pack(float a, float b) { return make_float2(a, b); }
-};
-template <> struct PairIO<__half> {
-  using Word = unsigned;
-  static __device__ __forceinline__ Word neg_inf_pair() { return 0xfc00fc00u; }
-  static __device__ __forceinline__ void unpack(Word w, float& a, float& b) {
-    const float2 f = VecIO<__half>::unpack2(w);
-    a = f.x;
-    b = f.y;
-  }
-  static __device__ __forceinline__ Word pack(float a, float b) { return VecIO<__half>::pack2(a, b); }
-};
-template <> struct PairIO<__nv_bfloat16> {
-  using Word = unsigned;
-  static __device__ __forceinline__ Word neg_inf_pair() { return 0xff80ff80u; }
-  static __device__ __forceinline__ void unpack(Word w, float& a, float& b) {
-    a = __uint_as_float(w << 16);
-    b = __uint_as_float(w & 0xffff0000u);
-  }
-  static __device__ __forceinline__ Word pack(float a, float b) { return VecIO<__nv_bfloat16>::pack2(a, b); }
 };
 
 // 1 when the element at p is the second of its pair.

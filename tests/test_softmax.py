@@ -232,9 +232,10 @@ def test_unaligned_rows_cuda(dtype, offset):
     # Rows that are not 16-byte aligned: odd lengths, where each row starts at its own misalignment, and an input whose
     # base lies `offset` elements past an aligned address, so that its rows and the fresh output's lie on different
     # grids (element-wise stores) even at lengths that are multiples of 8. Rows for the warp kernel (7, 100, 127, 255,
-    # 383, 1023, on teams of 8-32 lanes: 16-bit and fp32 as element pairs at even offsets, where the input's pairs lie
-    # on the output's pair grid, and every other case element-wise), rows the block kernel moves as 16-byte vectors on
-    # the memory's grid, first and last element by element (load_group_shifted): block rows (1025 to 10007), rows split
+    # 383, 1023, on teams of 8-32 lanes: softmax and log_softmax as element pairs at even offsets where those paid,
+    # the input's pairs lying on the output's pair grid, and every other case element-wise), rows the block kernel
+    # moves as 16-byte vectors on the memory's grid, first and last element by element (load_group_shifted): block
+    # rows (1025 to 10007), rows split
     # over blocks (fewer rows than SMs: 40_003, 100_000); and, on sm_90+ at offset 0 (the output on the input's grid),
     # the pipelined kernel's shifted items (ItemVectors; "auto" takes it for tensors of >= 16 MiB): whole rows over
     # several rounds and a tail launch (440 x 20_001), rows split into items of several ring pieces (3 x 3_000_001). The

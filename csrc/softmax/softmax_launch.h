@@ -39,14 +39,31 @@ constexpr int kWarpRowsThreads = 256;    // warp-per-row kernel: 8 warps per blo
 // 20.2 on 16 lanes of 8, 65536x61 23.5 against 13.0, 32768x383 37.1 against 29.8; fp32 32768x383 36.2 against
 // 31.6). Up to 8 values a lane take any team width (softmax_cuda.cu's warp rule says where that pays).
 template <typename T> constexpr bool scalar_rows_whole_warp(int vpl) { return vpl * RowsTraits<T>::kVec > 8; }
-// Unaligned warp rows that softmax (max-then-sum) moves as element pairs (pair_group.cuh) rather than element
-// by element: 16-bit rows at <= 2 vectors per lane, fp32 at >= 4 (whole warps). H200, s61 call 3, us cold,
-// element-wise -> pairs (both with the 16-bit fast exponential): paid on bf16 65536x127 18.0 -> 16.6, 65536x61
-// 13.6 -> 12.3, 32768x383 24.1 -> 21.8, fp32 32768x383 31.0 -> 27.5, 16384x1023 36.6 -> 35.3; lost on bf16
-// 16384x1023 (4 vectors) 27.2 -> 28.2 (streamed 24.8 -> 27.1), fp32 65536x127 (2 vectors on 16 lanes) 20.9 ->
-// 21.5, 65536x61 13.0 -> 14.0, and for log_softmax on 32768x383 (bf16 21.9 -> 23.2, fp32 32.3 -> 34.0).
-template <typename T> constexpr bool pair_rows_pay(int vpl) {
+// Unaligned warp rows that softmax and log_softmax (max-then-sum) move as element pairs (pair_group.cuh) rather
+// than element by element. Softmax: 16-bit rows at <= 2 vectors per lane, fp32 at >= 4 (whole warps). H200, s61
+// call 3, us cold, element-wise -> pairs (both with the 16-bit fast exponential): paid on bf16 65536x127 18.0 ->
+// 16.6, 65536x61 13.6 -> 12.3, 32768x383 24.1 -> 21.8, fp32 32768x383 31.0 -> 27.5, 16384x1023 36.6 -> 35.3; lost
+// on bf16 16384x1023 (4 vectors) 27.2 -> 28.2 (streamed 24.8 -> 27.1), fp32 65536x127 (2 vectors on 16 lanes)
+// 20.9 -> 21.5, 65536x61 13.0 -> 14.0. Log_softmax: 16-bit at 1 vector, fp32 at 8 (the general instantiation, as
+// its element-wise rows). H200, s62 calls 2-3, us cold (streamed): paid on bf16 65536x127 19.4-19.7 -> 18.2-18.4,
+// fp32 16384x1023 36.8-37.0 (38.2) -> 35.1-35.4 (35.7), 4096x1023 streamed 11.6 -> 10.7; level on bf16 65536x61;
+// lost on bf16 32768x383 (2 vectors) 22.0 -> 23.6-23.9, fp32 32768x383 (4 vectors) 28.7 -> 34.5, 65536x127 (2
+// vectors) 20.3 -> 21.7, bf16 16384x1023 (4 vectors) 25.7 -> 32.7. Probably why log_softmax differs: it keeps x
+// for the output (x - shift) beside the sum's terms, where softmax keeps the terms alone.
+template <typename T> constexpr bool pair_rows_pay(int vpl, bool log_softmax) {
+  if (log_softmax) return sizeof(T) == 2 ? vpl == 1 : sizeof(T) == 4 && vpl == 8;
   return sizeof(T) == 2 ? vpl <= 2 : sizeof(T) == 4 && vpl >= 4;
+}
+// Blocks per SM that the unaligned warp-rows kernels are compiled for (__launch_bounds__' minimum): 4 (<= 64
+// registers) at 16 values a lane and for 16-bit rows at 32, 3 (<= 80) otherwise. With 3, ptxas spent up to 80
+// registers on the unguarded exponentials of the sum (more of them in flight), and the kernels ran 24 warps per
+// SM where 32 ran faster. H200, s62 call 3, us cold (streamed), 3 -> 4: log_softmax fp32 32768x383 30.8-30.9
+// (30.2-30.4) -> 28.7 (27.7), bf16 16384x1023 25.2 (25.0) -> 24.8-24.9 (24.5), 4096x1023 10.3-10.4 (8.4-8.5) ->
+// 9.6-10.1 (7.7); softmax bf16 16384x1023 26.3-26.5 (24.8) -> 25.4 (24.2-24.3), 4096x1023 streamed 8.8 -> 7.9.
+// Spills at 64 registers: 16-bit rows at 32 values 4-16 bytes (sm_90a), 8 on sm_80 (76-84 bytes at 80).
+template <typename T> constexpr int scalar_rows_min_blocks(int vpl) {
+  const int values = vpl * RowsTraits<T>::kVec;
+  return values == 16 || (sizeof(T) == 2 && values == 32) ? 4 : 3;
 }
 constexpr int kMaxBlockThreads = 1024;   // block-per-chunk kernel: any multiple of 32 up to this
 constexpr int kSplitThreads = 512;       // rows needing more threads than this (at the large vpt) split

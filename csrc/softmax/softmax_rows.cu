@@ -31,14 +31,32 @@ template <typename T, int kVpl, bool kAligned> RowsKernel<T> warp_kernel_of(Fixe
   }
 }
 
+// The element-pair instantiation for the op that `fixed` names, where pairs paid (pair_rows_pay; the launcher
+// asks only there): fp32 at 8 vectors on the general instantiation, as its element-wise rows.
+template <typename T, int kVpl> RowsKernel<T> pair_kernel(FixedRows fixed) {
+  constexpr bool kSoftmax = pair_rows_pay<T>(kVpl, false);
+  constexpr bool kLog = pair_rows_pay<T>(kVpl, true);
+  if constexpr (std::is_same_v<T, float> && kVpl == 8) {
+    return softmax_warp_rows_kernel<T, kVpl, false, FixedRows::General, true>;
+  } else {
+    if constexpr (kSoftmax) {
+      if (fixed == FixedRows::SafeSoftmax) {
+        return softmax_warp_rows_kernel<T, kVpl, false, FixedRows::SafeSoftmax, true>;
+      }
+    }
+    if constexpr (kLog) {
+      if (fixed == FixedRows::SafeLogSoftmax) {
+        return softmax_warp_rows_kernel<T, kVpl, false, FixedRows::SafeLogSoftmax, true>;
+      }
+    }
+    return nullptr;
+  }
+}
+
 template <typename T, int kVpl> RowsKernel<T> warp_kernel(bool aligned, bool pairs, FixedRows fixed) {
   if constexpr (kVpl <= RowsTraits<T>::kMaxVpt) {
     if (aligned) return warp_kernel_of<T, kVpl, true>(fixed);
-    if constexpr (pair_rows_pay<T>(kVpl)) {
-      // Pairs run softmax only; fp32 at 8 vectors on the general instantiation, as element-wise rows do.
-      constexpr FixedRows kPairFixed = kVpl == 8 ? FixedRows::General : FixedRows::SafeSoftmax;
-      if (pairs) return softmax_warp_rows_kernel<T, kVpl, false, kPairFixed, true>;
-    }
+    if (pairs) return pair_kernel<T, kVpl>(fixed);
     if constexpr (std::is_same_v<T, float> && kVpl == 8) {
       return softmax_warp_rows_kernel<T, kVpl, false>;
     } else {
@@ -82,10 +100,12 @@ void launch_warp_rows(const RowsParams<T>& p, int vpl, bool aligned, int grid, c
                           : p.output == SoftmaxOutput::Softmax    ? FixedRows::SafeSoftmax
                           : p.output == SoftmaxOutput::LogSoftmax ? FixedRows::SafeLogSoftmax
                                                                   : FixedRows::General;
-  // Element pairs (pair_group.cuh) for unaligned softmax rows where they paid (pair_rows_pay), when the output's
-  // pairs lie on the input's and every row's pairs fit (an odd-length row's shift alternates: count one for it).
+  // Element pairs (pair_group.cuh) for unaligned softmax and log_softmax rows where they paid (pair_rows_pay), when
+  // the output's pairs lie on the input's and every row's pairs fit (an odd-length row's shift alternates: count
+  // one for it).
   const int64_t held = (int64_t(1) << p.lanes_log2) * vpl * RowsTraits<T>::kVec;
-  const bool pairs = !aligned && fixed == FixedRows::SafeSoftmax && pair_rows_pay<T>(vpl) &&
+  const bool pairs = !aligned && fixed != FixedRows::General &&
+                     pair_rows_pay<T>(vpl, fixed == FixedRows::SafeLogSoftmax) &&
                      pair_shift(p.x) == pair_shift(p.y) && held >= p.len + (p.len % 2 == 1 ? 1 : pair_shift(p.x));
   launch_kernel(select_warp_kernel<T>(vpl, aligned, pairs, fixed), grid, kWarpRowsThreads, 0, stream,
                 LaunchKind::Plain, p);

@@ -50,13 +50,13 @@ __device__ __forceinline__ OnlineState<acc_t<T>> team_row(acc_t<T> (&v)[kVpl][Ro
 // grid-stride. Each lane holds kVpl vectors of kVec elements: len <= lanes * kVpl * kVec. Reductions are
 // xor-shuffles inside the team. Teams past the last row run the shuffles (the warp must) but touch no memory.
 // Unaligned rows (a length that is not a multiple of kVec, or a base off the 16-byte grid) take load_group's
-// element-wise layout, or for softmax where it paid (pair_rows_pay) element pairs (kPairs, pair_group.cuh). Why
+// element-wise layout, or where it paid (pair_rows_pay) element pairs (kPairs, pair_group.cuh). Why
 // not vectors on the memory's grid as the block kernel does (load_group_shifted):
 // such a row may need one more vector than its length fills, which doubled the vectors per lane of 127-element
 // fp32 rows (65536x127: 35.7 us against 23.9 element-wise on the H200), and staging a block's rows through
 // shared memory as one span ran slower still (fp32 32.0 us, 65536x129 46.7, 16384x1023 57.2; NOTES "s59 call
 // 3"). Register bound: ptxas left alone keeps the vector variants spill-free at <= 48 registers, but spilled
-// the 32-scalar variants; 3 blocks per SM (<= 80 registers) keeps those out of local memory.
+// the 32-scalar variants; the unaligned ones take scalar_rows_min_blocks (softmax_launch.h) for that.
 // kFixed (not General): launched only for softmax or log_softmax with the max-then-sum reduction (what "auto"
 // runs on these rows), so neither the output nor the reduction is a run-time choice. Why: in a one-wave call
 // every instruction between the loads and the stores shows, and the run-time choices (the online branch, the
@@ -66,7 +66,8 @@ __device__ __forceinline__ OnlineState<acc_t<T>> team_row(acc_t<T> (&v)[kVpl][Ro
 // The output and reduction a warp-rows instantiation fixes at compile time (General: both read from p).
 enum class FixedRows { General, SafeSoftmax, SafeLogSoftmax };
 template <typename T, int kVpl, bool kAligned, FixedRows kFixed = FixedRows::General, bool kPairs = false>
-__global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? 0 : 3) softmax_warp_rows_kernel(const RowsParams<T> p) {
+__global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? 0 : scalar_rows_min_blocks<T>(kVpl))
+    softmax_warp_rows_kernel(const RowsParams<T> p) {
   begin_dependent_grid();
   using A = acc_t<T>;
   constexpr int kVec = RowsTraits<T>::kVec;

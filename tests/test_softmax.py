@@ -235,11 +235,10 @@ def test_unaligned_rows_cuda(dtype, offset):
     # 383, 1023, on teams of 8-32 lanes: softmax and log_softmax as element pairs at even offsets where those paid,
     # the input's pairs lying on the output's pair grid, and every other case element-wise), rows the block kernel
     # moves as 16-byte vectors on the memory's grid, first and last element by element (load_group_shifted): block
-    # rows (1025 to 10007), rows split
-    # over blocks (fewer rows than SMs: 40_003, 100_000); and, on sm_90+ at offset 0 (the output on the input's grid),
-    # the pipelined kernel's shifted items (ItemVectors; "auto" takes it for tensors of >= 16 MiB): whole rows over
-    # several rounds and a tail launch (440 x 20_001), rows split into items of several ring pieces (3 x 3_000_001). The
-    # forced configurations (test_forced_configs_cuda) run it on small shapes too.
+    # rows (1025 to 10007), rows split over blocks (fewer rows than SMs: 40_003, 100_000); and, on sm_90+ at offset 0
+    # (the output on the input's grid), the pipelined kernel's shifted items (ItemVectors; "auto" takes it for tensors
+    # of >= 16 MiB): whole rows over several rounds and a tail launch (440 x 20_001), rows split into items of several
+    # ring pieces (3 x 3_000_001). The forced configurations (test_forced_configs_cuda) run it on small shapes too.
     ops = ((fae.softmax, softmax_ref, torch.softmax), (fae.log_softmax, log_softmax_ref, torch.log_softmax),
            (fae.logsumexp, logsumexp_ref, torch.logsumexp))
     for rows, length in ((33, 7), (65, 100), (3001, 127), (1001, 255), (77, 383), (129, 1023), (17, 1025), (9, 4097),

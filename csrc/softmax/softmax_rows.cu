@@ -15,14 +15,17 @@ namespace {
 
 template <typename T> using RowsKernel = void (*)(RowsParams<T>);
 
+// fp32 scalar rows of 8 vectors per lane (32 values a lane) run the general instantiation only, element-wise and
+// in pairs: specialized, it took 80 registers against 64 (3 blocks per SM, not 4) and ran 16384x1023 at 39.6-40.3 us
+// cold against 37.8 (H200, s60 call 2).
+template <typename T> constexpr bool scalar_rows_general_only(int vpl) { return std::is_same_v<T, float> && vpl == 8; }
+
 // fixed: the instantiation specialized for softmax or log_softmax with the max-then-sum reduction
-// (softmax_warp_rows_kernel's kFixed), for aligned and scalar rows, except fp32 scalar rows of 8 vectors per
-// lane. Why scalar rows too: those kernels issue an instruction nearly every cycle (ncu, fp32 65536x127: 0.87
-// issued warps per scheduler against torch's 0.72), so the run-time output and reduction choices show. H200,
-// s60 call 2, softmax, us cold / streamed, general -> specialized: bf16 65536x127 22.1 / 19.2 -> 20.3 / 17.5,
-// 16384x1023 35.7 / 34.3 -> 33.5 / 32.0; fp32 65536x127 26.4 / 23.9 -> 24.2 / 22.2, 65536x97 26.8 / 23.2 ->
-// 24.6 / 21.3. fp32 at 8 vectors per lane (32 scalars) took 80 registers specialized against 64 (3 blocks per
-// SM, not 4) and ran 16384x1023 at 39.6-40.3 us cold against 37.8.
+// (softmax_warp_rows_kernel's kFixed), for aligned and scalar rows, except where scalar_rows_general_only. Why scalar
+// rows too: those kernels issue an instruction nearly every cycle (ncu, fp32 65536x127: 0.87 issued warps per scheduler
+// against torch's 0.72), so the run-time output and reduction choices show. H200, s60 call 2, softmax, us cold /
+// streamed, general -> specialized: bf16 65536x127 22.1 / 19.2 -> 20.3 / 17.5, 16384x1023 35.7 / 34.3 -> 33.5 / 32.0;
+// fp32 65536x127 26.4 / 23.9 -> 24.2 / 22.2, 65536x97 26.8 / 23.2 -> 24.6 / 21.3.
 template <typename T, int kVpl, bool kAligned> RowsKernel<T> warp_kernel_of(FixedRows fixed) {
   switch (fixed) {
     case FixedRows::SafeSoftmax: return softmax_warp_rows_kernel<T, kVpl, kAligned, FixedRows::SafeSoftmax>;
@@ -32,11 +35,11 @@ template <typename T, int kVpl, bool kAligned> RowsKernel<T> warp_kernel_of(Fixe
 }
 
 // The element-pair instantiation for the op that `fixed` names, where pairs paid (pair_rows_pay; the launcher
-// asks only there): fp32 at 8 vectors on the general instantiation, as its element-wise rows.
+// asks only there), or the general one (scalar_rows_general_only).
 template <typename T, int kVpl> RowsKernel<T> pair_kernel(FixedRows fixed) {
   constexpr bool kSoftmax = pair_rows_pay<T>(kVpl, false);
   constexpr bool kLog = pair_rows_pay<T>(kVpl, true);
-  if constexpr (std::is_same_v<T, float> && kVpl == 8) {
+  if constexpr (scalar_rows_general_only<T>(kVpl)) {
     return softmax_warp_rows_kernel<T, kVpl, false, FixedRows::General, true>;
   } else {
     if constexpr (kSoftmax) {
@@ -57,7 +60,7 @@ template <typename T, int kVpl> RowsKernel<T> warp_kernel(bool aligned, bool pai
   if constexpr (kVpl <= RowsTraits<T>::kMaxVpt) {
     if (aligned) return warp_kernel_of<T, kVpl, true>(fixed);
     if (pairs) return pair_kernel<T, kVpl>(fixed);
-    if constexpr (std::is_same_v<T, float> && kVpl == 8) {
+    if constexpr (scalar_rows_general_only<T>(kVpl)) {
       return softmax_warp_rows_kernel<T, kVpl, false>;
     } else {
       return warp_kernel_of<T, kVpl, false>(fixed);

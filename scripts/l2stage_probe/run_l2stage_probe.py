@@ -1,9 +1,9 @@
 # Driver of l2stage_probe.cu: the probe's variants against fae.softmax, torch.softmax and a copy of the same bytes,
 # cold and streamed, in one process, each variant first checked against a float64 softmax.
-# argv: libraries "a.so[,b.so]", shapes "dtype:RxC,...", variants "[lib:]chunkKB/depth[/pmode],..." (pmode bits:
-# 1 fold loads evict-normal, 2 re-reads evict-normal, 4 write-back stores; depth 3 takes its statistics 2
-# iterations ahead, with bit 8 one). Variants whose rows span too many rounds for the depth are skipped: they
-# would deadlock.
+# argv: libraries "a.so[,b.so]", shapes "dtype:RxC,...", variants "[lib:]chunkKB/depth[/pmode],..." (depth 2, 3, 4
+# or 6; pmode bits: 1 fold copies evict-normal, 2 re-reads evict-normal, 4 write-back stores; pmode >> 4 the
+# ring: 0 = 12 pieces of 16 KB, 1 = 6 of 32 KB, 2 = 24 of 8 KB). Variants whose rows span more rounds than the
+# depth allows are skipped: they could deadlock.
 import ctypes, itertools, sys
 sys.path.insert(0, "benchmarks")
 import torch
@@ -44,7 +44,8 @@ for spec in sys.argv[2].split(","):
         pmode |= int(li) << 16
         ce = kb * 1024 // esz
         cpr = C // ce
-        if C % ce or (cpr - 1 + G - 1) // G > depth - 1:
+        ahead = {2: 1, 3: 2, 4: 3, 6: 2}[depth]  # how many iterations early the statistics are polled
+        if C % ce or (cpr - 1 + G - 1) // G > depth - ahead:
             continue
         variants.append((f"L{li}:s{kb}k/d{depth}/p{pmode & 0xffff}", ce, depth, pmode))
     ref = torch.softmax(x.double(), -1)

@@ -12,6 +12,7 @@
 // copy of the same bytes 46.3. A probe of the same design (s55 calls 1-5) ran 49.5 / 51.7 us on the first two shapes;
 // with items of exactly 512 KB on their own instantiation (kWhole) the kernel reads 49.6 / 52.2 beside it (s56 call 1).
 // Each element is read from DRAM once and written once.
+#include "common/l2_policy.cuh"
 #include "softmax/softmax_dual.cuh"
 
 namespace flash_attn_ext {
@@ -32,18 +33,8 @@ static_assert(int64_t(kThreads) * kRegVecs * 16 + int64_t(kMaxPieces) * kPieceBy
 static_assert(size_t(kMaxPieces) * kPieceBytes == kResidentMaxSmemBytes, "the host's shared-memory bound");
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-// L2 eviction priorities for the loads: the L2 part's first read must survive until phase B reads it again,
-// everything else is read once.
-__device__ __forceinline__ uint64_t l2_policy_evict_last() {
-  uint64_t policy;
-  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(policy));
-  return policy;
-}
-__device__ __forceinline__ uint64_t l2_policy_evict_first() {
-  uint64_t policy;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
-  return policy;
-}
+// A 16-byte load under an L2 policy (l2_policy.cuh): the L2 part's first read must survive until phase B reads it
+// again, everything else is read once.
 __device__ __forceinline__ uint4 load16_policy(const uint4* p, uint64_t policy) {
   uint4 v;
   asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;\n"

@@ -23,19 +23,10 @@
 
 #include <cstdint>
 
+#include "common/l2_policy.cuh"
 #include "common/mbarrier.cuh"
 
 namespace {
-__device__ __forceinline__ uint64_t pol_last() {
-  uint64_t p;
-  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(p));
-  return p;
-}
-__device__ __forceinline__ uint64_t pol_first() {
-  uint64_t p;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(p));
-  return p;
-}
 __device__ __forceinline__ uint64_t pol_normal() {
   uint64_t p;
   asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;\n" : "=l"(p));
@@ -163,7 +154,8 @@ __global__ void __launch_bounds__((kWarps + 2) * 32, 1)
   __syncthreads();
   if (warp == kWarps + 1) {  // the producer
     if (lane == 0) {
-      const uint64_t pl = (pmode & 1) ? pol_normal() : pol_last(), pf = (pmode & 2) ? pol_normal() : pol_first();
+      const uint64_t pl = (pmode & 1) ? pol_normal() : l2_policy_evict_last(),
+                     pf = (pmode & 2) ? pol_normal() : l2_policy_evict_first();
       uint32_t q = 0;
       for (int64_t j = 0; j < n + kDepth; ++j) {
         const bool fold = j < n, store = j >= kDepth;

@@ -1,4 +1,4 @@
-// L2-staged split-row probe (benchmarks/NOTES.md, log rows "s63 call 1" to "s63 call 15"): softmax of long
+// L2-staged split-row probe (benchmarks/NOTES.md, log rows "s63 call 1" to "s63 call 16"): softmax of long
 // rows with every chunk held in L2, not on chip, between its fold and its store. Persistent blocks (one per SM)
 // take chunks round-robin; iteration j folds chunk j (bulk-copied under an evict-last policy, its (m, d) published
 // as a tagged partial) and stores chunk j - kDepth (bulk-copied again from L2 evict-first, normalized by its row's
@@ -12,12 +12,13 @@
 //   PYTHONPATH=$PWD python3 scripts/l2stage_probe/run_l2stage_probe.py /tmp/l2stage.so \
 //     fp32:128x262144,bf16:128x262144 32/3,64/3
 // Deadlock freedom needs all blocks resident and a row's chunks to span at most kDepth - kAhead + 1 rounds (the
-// driver skips other variants). Findings (H200, us cold / streamed): fp32 128x262144 72.3-74.8 / 73.1-75.8 against
-// the dual kernel's 84-85 / 81-83 (copy 63); fp32 1024x32768 76.3 against 75.2 (level); bf16 42-47 against 38-40
-// and fp32 8x4194304 94.5 against 81.4 (slower). ncu: at 32 KB chunks and depth 3 (16.5 MiB staged) the DRAM reads
-// are the input once (136.3 MB for 134.2), at depth 6 (29 MiB) 209 MB: L2 keeps ~16-20 MiB of staged lines, less
-// than a 16 MiB row needs with its slack. Earlier forms (NOTES): loads into registers 78-79 us, with a block barrier
-// a chunk 97-124 us.
+// driver skips other variants). Findings (H200, us cold / streamed; the exponential here is ex2.approx of
+// prescaled values): fp32 128x262144 72.3-74.8 / 73.1-75.8 against the dual kernel's 84-85 / 81-83 (copy 63); fp32
+// 1024x32768 76.3 against 75.2 (level); bf16 42-47 against 38-40 and fp32 8x4194304 94.5 against 81.4 (slower).
+// With the library's fp32 exponential (expf of x - m; the ex2 form is not accurate enough for its tests) the fp32
+// shapes take 90-91 us: the win was the cheap exponential, not the schedule (NOTES "s63 call 16"). ncu: at 32 KB
+// chunks and depth 3 (16.5 MiB staged) the DRAM reads are the input once (136.3 MB for 134.2), at depth 6 (29 MiB)
+// 209 MB: L2 keeps ~16-20 MiB of staged lines, less than a 16 MiB row needs with its slack.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 

@@ -26,76 +26,23 @@
 
 #include "common/l2_policy.cuh"
 #include "common/mbarrier.cuh"
+#include "softmax/split_exchange.cuh"
 
 namespace {
+using namespace flash_attn_ext;
+using namespace flash_attn_ext::softmax;
 __device__ __forceinline__ uint64_t pol_normal() {
   uint64_t p;
   asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;\n" : "=l"(p));
   return p;
 }
-__device__ __forceinline__ void stwb(uint4* a, uint4 v) {
-  asm volatile("st.global.v4.u32 [%0], {%1,%2,%3,%4};\n" ::"l"(a), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
-}
-__device__ __forceinline__ void stcs(uint4* a, uint4 v) {
-  asm volatile("st.global.cs.v4.u32 [%0], {%1,%2,%3,%4};\n" ::"l"(a), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
-               : "memory");
-}
-__device__ __forceinline__ float ex2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-__device__ __forceinline__ void st_pair(uint64_t* p, uint64_t a, uint64_t b) {
-  asm volatile("st.relaxed.gpu.global.v2.b64 [%0], {%1, %2};\n" ::"l"(p), "l"(a), "l"(b) : "memory");
-}
-__device__ __forceinline__ void ld_pair(const uint64_t* p, uint64_t& a, uint64_t& b) {
-  asm volatile("ld.relaxed.gpu.global.v2.b64 {%0, %1}, [%2];\n" : "=l"(a), "=l"(b) : "l"(p) : "memory");
-}
-
-template <typename T>
-struct V;
-template <>
-struct V<float> {
-  static constexpr int N = 4;
-  __device__ static void un(uint4 r, float (&f)[4]) {
-    f[0] = __uint_as_float(r.x);
-    f[1] = __uint_as_float(r.y);
-    f[2] = __uint_as_float(r.z);
-    f[3] = __uint_as_float(r.w);
-  }
-  __device__ static uint4 pk(const float (&f)[4]) {
-    return make_uint4(__float_as_uint(f[0]), __float_as_uint(f[1]), __float_as_uint(f[2]), __float_as_uint(f[3]));
-  }
-};
-template <>
-struct V<__nv_bfloat16> {
-  static constexpr int N = 8;
-  __device__ static void un(uint4 r, float (&f)[8]) {
-    const uint32_t w[4] = {r.x, r.y, r.z, r.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      f[2 * i] = __uint_as_float(w[i] << 16);
-      f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-    }
-  }
-  __device__ static uint4 pk(const float (&f)[8]) {
-    uint32_t w[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      __nv_bfloat162 h = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
-      w[i] = *reinterpret_cast<uint32_t*>(&h);
-    }
-    return make_uint4(w[0], w[1], w[2], w[3]);
-  }
-};
-
 struct MD {
   float m, d;
 };
 __device__ __forceinline__ MD mrg(MD a, MD b) {
   const float m = fmaxf(a.m, b.m);
   if (m == -INFINITY) return {m, 0.f};
-  return {m, a.d * ex2(a.m - m) + b.d * ex2(b.m - m)};
+  return {m, a.d * fast_exp2(a.m - m) + b.d * fast_exp2(b.m - m)};
 }
 __device__ __forceinline__ MD warp_mrg(MD v) {
 #pragma unroll
@@ -114,7 +61,6 @@ __device__ __forceinline__ MD vld(const MD* p) {
 }
 constexpr float kL2E = 1.4426950408889634f;
 
-using namespace flash_attn_ext;
 // Shape: grid = resident blocks (G), kWarps compute warps + an exchange warp + a producer warp, dynamic shared
 // memory kSlots pieces of kPieceBytes. Chunk i = bytes [i * C, (i + 1) * C) of the flat tensor, row = i / cpr;
 // block b takes chunks b + j * G. Iteration j's pieces, in the order the producer copies them into the ring and the
@@ -126,7 +72,7 @@ __global__ void __launch_bounds__((kWarps + 2) * 32, 1)
            uint32_t tag, int pmode) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   static_assert(kAhead <= kDepth - 1, "deadlock freedom");
-  constexpr int N = V<T>::N, kRing = 8, kThreads = kWarps * 32;
+  constexpr int N = RowsTraits<T>::kVec, kRing = 8, kThreads = kWarps * 32;
   constexpr int kPieceVecs = kPieceBytes / 16, kVecs = kPieceVecs / kThreads;
   static_assert(kVecs * kThreads == kPieceVecs, "a piece is whole vectors of every compute thread");
   extern __shared__ __align__(128) uint4 ring[];
@@ -188,8 +134,8 @@ __global__ void __launch_bounds__((kWarps + 2) * 32, 1)
         MD v = lane < kWarps ? vld(&red[j % kRing][lane]) : MD{-INFINITY, 0.f};
         v = warp_mrg(v);
         if (lane == 0)
-          st_pair(partials + 2 * (b + j * G), uint64_t(tag) << 32 | __float_as_uint(v.m),
-                  uint64_t(~tag) << 32 | __float_as_uint(v.d));
+          store_relaxed_pair(partials + 2 * (b + j * G), uint64_t(tag) << 32 | __float_as_uint(v.m),
+                             uint64_t(~tag) << 32 | __float_as_uint(v.d));
       }
       __syncwarp();
       if (lane == 0) *c = 0;
@@ -209,7 +155,7 @@ __global__ void __launch_bounds__((kWarps + 2) * 32, 1)
 #pragma unroll
             for (int u = 0; u < 8; ++u) {
               const int q = base + u * 32 + lane;
-              if (q < cpr) ld_pair(rp + 2 * q, mw[u], dw[u]);
+              if (q < cpr) load_relaxed_pair(rp + 2 * q, mw[u], dw[u]);
             }
 #pragma unroll
             for (int u = 0; u < 8; ++u) {
@@ -217,7 +163,7 @@ __global__ void __launch_bounds__((kWarps + 2) * 32, 1)
               if (q < cpr) {
                 while (uint32_t(mw[u] >> 32) != tag || uint32_t(dw[u] >> 32) != ~tag) {
                   __nanosleep(32);
-                  ld_pair(rp + 2 * q, mw[u], dw[u]);
+                  load_relaxed_pair(rp + 2 * q, mw[u], dw[u]);
                 }
                 acc = mrg(acc, {__uint_as_float(uint32_t(mw[u])), __uint_as_float(uint32_t(dw[u]))});
               }
@@ -258,7 +204,7 @@ __global__ void __launch_bounds__((kWarps + 2) * 32, 1)
         float lm = -INFINITY;
 #pragma unroll
         for (int k = 0; k < kVecs; ++k) {
-          V<T>::un(ring[slot * kPieceVecs + k * kThreads + t], f[k]);
+          VecIO<T>::unpack(ring[slot * kPieceVecs + k * kThreads + t], f[k]);
 #pragma unroll
           for (int e = 0; e < N; ++e) {
             f[k][e] *= kL2E;
@@ -268,11 +214,11 @@ __global__ void __launch_bounds__((kWarps + 2) * 32, 1)
         __syncwarp();
         if (lane == 0) mbarrier_arrive(empty + slot);
         const float mn = fmaxf(st.m, lm);
-        float sum = st.m == -INFINITY ? 0.f : st.d * ex2(st.m - mn);
+        float sum = st.m == -INFINITY ? 0.f : st.d * fast_exp2(st.m - mn);
 #pragma unroll
         for (int k = 0; k < kVecs; ++k)
 #pragma unroll
-          for (int e = 0; e < N; ++e) sum += ex2(f[k][e] - mn);
+          for (int e = 0; e < N; ++e) sum += fast_exp2(f[k][e] - mn);
         st = {mn, sum};
         ++q;
       }
@@ -287,13 +233,13 @@ __global__ void __launch_bounds__((kWarps + 2) * 32, 1)
 #pragma unroll
         for (int k = 0; k < kVecs; ++k) {
           float f[N];
-          V<T>::un(c[k], f);
+          VecIO<T>::unpack(c[k], f);
 #pragma unroll
-          for (int e = 0; e < N; ++e) f[e] = ex2(fmaf(f[e], kL2E, -M)) * inv;
+          for (int e = 0; e < N; ++e) f[e] = fast_exp2(fmaf(f[e], kL2E, -M)) * inv;
           if (pmode & 4)
-            stwb(sy + int64_t(s) * kPieceVecs + k * kThreads, V<T>::pk(f));
+            store16(reinterpret_cast<T*>(sy + int64_t(s) * kPieceVecs + k * kThreads), VecIO<T>::pack(f));
           else
-            stcs(sy + int64_t(s) * kPieceVecs + k * kThreads, V<T>::pk(f));
+            store16_streaming(sy + int64_t(s) * kPieceVecs + k * kThreads, VecIO<T>::pack(f));
         }
         ++q;
       }

@@ -814,9 +814,63 @@ def test_forced_resident_cuda(config):
     assert child.returncode == 0 and "checked" in child.stdout, child.stderr[-3000:]
 
 
+RESIDENT_TEAMS_CHECK = """
+import os
+import torch
+import flash_attn_ext as fae
+import test_softmax as t
+from reference import softmax_ref, log_softmax_ref
+ops = ((fae.softmax, softmax_ref, torch.softmax), (fae.log_softmax, log_softmax_ref, torch.log_softmax))
+teams = int(os.environ["FAE_SOFTMAX_CONFIG"].split("rows=")[1])
+# rows a team holds in registers only (4096, 4104: 513 vectors), into its pieces and its L2 part, at most
+# 512 KB / teams; 3 * teams - 1 rows: a last block with an idle team; 2 * teams rows of exactly 512 KB / teams: the
+# instantiation without bounds
+lengths = [n for n in (4096, 4104, 32000, 40000, 65536, 100008, 131072) if n * 2 * teams <= 512 * 1024]
+for dtype in (torch.bfloat16, torch.float16):
+    for shape in [(3 * teams - 1, n) for n in lengths] + [(2 * teams, 262144 // teams)]:
+        x = t.make_input(shape, dtype, "cuda")
+        for op, ref, base in ops:
+            t.poison("cuda", x.numel() * x.element_size())
+            t.check_against_reference(op(x, -1), ref(x, -1), base(x, -1), dtype, op.__name__ + str(shape))
+    for n in (lengths[0], lengths[-1]):
+        x = t.special_rows(n, dtype, "cuda")  # 13 rows: special values in every team
+        for op, ref, base in ops:
+            t.assert_special_match(op(x, -1), base(x, -1), ref(x, -1), op.__name__ + " special values")
+print("checked")
+"""
+
+
+@pytest.mark.cuda
+@requires_cuda
+@pytest.mark.parametrize("config", ["kind=resident,rows=2", "kind=resident,rows=4", "kind=resident,rows=8"])
+def test_forced_resident_teams_cuda(config):
+    # The resident kernel with whole rows per block, one per team of 256, 128 or 64 threads (each team its own
+    # pieces, barriers and statistics), forced on rows from 8 KB to 512 KB / teams, special values included.
+    if torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("the resident kernel needs sm_90")
+    child = run_in_fresh_python(RESIDENT_TEAMS_CHECK, timeout=None, FAE_SOFTMAX_CONFIG=config)
+    assert child.returncode == 0 and "checked" in child.stdout, child.stderr[-3000:]
+
+
+@pytest.mark.cuda
+@requires_cuda
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_resident_whole_rows_cuda(dtype):
+    # 16-bit rows that fill one wave of the resident kernel with whole rows per block: on sm_90 "auto" takes it
+    # (softmax_cuda.cu, resident_teams) for 64 KB rows 8 a block, the last block 5 (the instantiation with bounds), 8
+    # a block exactly (without), and rows of 62.5 KB (a vocabulary: 32000).
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    for shape in ((8 * sms - 3, 32768), (8 * (sms - 4), 32768), (8 * sms, 32000)):
+        _run_accuracy("cuda", dtype, "auto", shape, -1, "contiguous")
+
+
 @pytest.mark.cuda
 @requires_cuda
 @pytest.mark.parametrize("config, code, message", [
+    ("kind=resident,rows=3", "torch.randn(64, 4096, device='cuda', dtype=torch.bfloat16)", "rows must be"),
+    ("kind=resident,rows=8", "torch.randn(64, 40000, device='cuda', dtype=torch.bfloat16)", "512 KB / rows"),
+    ("kind=resident,rows=2,chunks=2", "torch.randn(64, 4096, device='cuda', dtype=torch.bfloat16)", "whole rows"),
+    ("kind=resident,rows=2", "torch.randn(1000, 4096, device='cuda', dtype=torch.bfloat16)", "more blocks than SMs"),
     ("kind=resident", "torch.randn(64, 4096, device='cuda')", "16-bit"),
     ("kind=resident", "torch.randn(200, 4096, device='cuda', dtype=torch.bfloat16)", "more items than SMs"),
     ("kind=resident,chunks=1", "torch.randn(2, 1_048_576, device='cuda', dtype=torch.bfloat16)",

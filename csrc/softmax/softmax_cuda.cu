@@ -281,6 +281,20 @@ template <typename T> int64_t resident_chunks(const RowsShape& s) {
   return chunks;
 }
 
+// The whole rows per block (teams) "auto" takes the resident kernel with, or 0: 16-bit rows that 2, 4 or 8 teams
+// hold (rows of at most 512 KB / teams, the most teams that fit), whose blocks fill one wave as resident_chunks'
+// items do, with at least kResidentMinItemBytes of rows a block. Why: the pipelined kernel those rows took
+// otherwise folds and stores in the same phases on every SM (see softmax_resident.cuh).
+template <typename T> int64_t resident_teams(const RowsShape& s) {
+  if (!s.resident || s.smem_optin < kResidentMaxSmemBytes + 2048) return 0;
+  int64_t teams = 8;
+  while (teams > 1 && s.row_bytes * teams > kResidentMaxItemBytes) teams /= 2;
+  if (teams < 2) return 0;
+  const int64_t items = ceil_div(s.rows, teams);
+  if (items > s.sms || items < kResidentMinFill * s.sms || teams * s.row_bytes <= kResidentMinItemBytes) return 0;
+  return teams;
+}
+
 // Streaming chunks: 4 block-steps (64 KiB of fp32), more for rows so long that a row would have over 1024
 // chunks (keeps the partial merges short).
 template <typename T> int stream_steps_per_chunk(int64_t len) {
@@ -399,6 +413,12 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
     if (const int64_t chunks = resident_chunks<T>(s); chunks > 0) {
       plan.kind = RowsKind::Resident;
       plan.chunks = static_cast<int>(chunks);
+      return plan;
+    }
+    if (const int64_t teams = resident_teams<T>(s); teams > 0) {
+      plan.kind = RowsKind::Resident;
+      plan.chunks = 1;
+      plan.rows = static_cast<int>(teams);
       return plan;
     }
     const int ring_one = pipe_ring_pieces(s, 1);
@@ -717,6 +737,18 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
     if (!s.resident) fail("the resident kernel needs 16-bit, 16-byte aligned rows and sm_90 code for this device");
     if (p.output == SoftmaxOutput::LogSumExp) fail("the resident kernel stores rows: softmax and log_softmax only");
     if constexpr (sizeof(T) == 2) {
+      if (plan.rows > 1) {
+        if (plan.rows != 2 && plan.rows != 4 && plan.rows != 8) fail("rows must be 0, 1, 2, 4 or 8");
+        if (plan.chunks > 1) fail("rows > 1 holds whole rows: chunks must be 0 or 1");
+        if (plan.rows * s.row_bytes > kResidentMaxItemBytes) fail("rows of more than 512 KB / rows");
+        if (ceil_div(s.rows, int64_t(plan.rows)) > s.sms) fail("more blocks than SMs (one resident block per SM)");
+        PipeParams<T> pp{x, y, s.rows, s.len, s.len, 1, 0, 0, p.output, {}};
+        pp.teams = plan.rows;
+        if (resident_rows_blocks_per_sm<T>(pp) < 1) fail("the block cannot be resident");
+        launch_resident_rows<T>(pp, stream);
+        return;
+      }
+      if (plan.rows < 0) fail("rows must be 0, 1, 2, 4 or 8");
       if (plan.chunks == 0) plan.chunks = static_cast<int>(resident_fewest_chunks(s.row_bytes));
       if (plan.chunks < 1) fail("chunks must be >= 1");
       PipeParams<T> pp{x, y, s.rows, s.len, 0, 0, 0, 0, p.output, {}};

@@ -128,6 +128,7 @@ template <typename T> struct PipeParams {
   SoftmaxOutput output;
   RowExchange exchange;    // chunks > 1 only
   GridOrder order;
+  int teams = 1;           // resident kernel: whole rows a block holds, one per team (kResidentTeams); 1: one item
 };
 
 // Rows that do not fit on chip: separate passes over global memory. Items are (row, chunk) pairs.
@@ -185,7 +186,9 @@ template <typename T> void launch_dual_rows(const PipeParams<T>& p, int grid, cu
 
 // Resident kernel (softmax_resident.cuh, sm_90+, 16-bit types, softmax and log_softmax): one block of 512 threads
 // per item (row * chunks + chunk, chunk_elems of at most kResidentMaxItemBytes), every block resident at once
-// (grid = rows * chunks <= SMs, one per SM); cooperative when chunks > 1. piece_elems and ring_pieces unused.
+// (grid = rows * chunks <= SMs, one per SM); cooperative when chunks > 1. With teams > 1 (2, 4 or 8; chunks == 1,
+// chunk_elems == len): `teams` whole rows of at most kResidentMaxItemBytes / teams a block, grid = ceil(rows /
+// teams). piece_elems and ring_pieces unused.
 constexpr int64_t kResidentMaxItemBytes = 512 * 1024;
 constexpr size_t kResidentMaxSmemBytes = 224 * 1024;  // the longest item's shared-memory part
 template <typename T> bool resident_supported();

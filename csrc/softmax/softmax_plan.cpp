@@ -66,9 +66,11 @@ RowsPlan parse_rows_plan(const std::string& text) {
       plan.steps = parse_int(key, value);
     } else if (key == "pieces") {
       plan.pieces = parse_int(key, value);
+    } else if (key == "rows") {
+      plan.rows = parse_int(key, value);
     } else {
       TORCH_CHECK(false, kEnv, ": unknown key '", key,
-                  "' (keys: kind, lanes, vpt, threads, smem, chunks, bpsm, steps, pieces)");
+                  "' (keys: kind, lanes, vpt, threads, smem, chunks, bpsm, steps, pieces, rows)");
     }
   }
   TORCH_CHECK(has_kind, kEnv, "='", text, "' names no kind (kind=warp|block|split|stream|pipe|dual|resident)");
@@ -91,7 +93,7 @@ std::string describe(const RowsPlan& p) {
   std::ostringstream s;
   s << "kind=" << kKinds[static_cast<int>(p.kind)] << ",lanes=" << p.lanes << ",vpt=" << p.vpt
     << ",threads=" << p.threads << ",smem=" << p.smem << ",chunks=" << p.chunks << ",bpsm=" << p.bpsm
-    << ",steps=" << p.steps << ",pieces=" << p.pieces;
+    << ",steps=" << p.steps << ",pieces=" << p.pieces << ",rows=" << p.rows;
   return s.str();
 }
 

@@ -12,6 +12,7 @@
 //   FAE_SOFTMAX_CONFIG="kind=pipe,threads=512,chunks=6"
 //   FAE_SOFTMAX_CONFIG="kind=dual,chunks=16"
 //   FAE_SOFTMAX_CONFIG="kind=resident,chunks=16"
+//   FAE_SOFTMAX_CONFIG="kind=resident,rows=8"
 // Keys (0 or absent = derived from the shape where a derivation is given):
 //   kind     warp | block | split | stream | pipe | dual | resident (pipe, dual, resident: sm_90+, aligned rows;
 //            resident: 16-bit softmax and log_softmax, rows * chunks <= SMs)
@@ -31,6 +32,8 @@
 //            as many as are resident); pipe: blocks sharing an SM, each with 1 / bpsm of its ring (0: 1)
 //   steps    stream: 256-thread block-steps per chunk (0: the heuristic's)
 //   pieces   pipe: 16 KiB ring pieces per block (0: as many as bpsm blocks per SM leave room for)
+//   rows     resident: whole rows per block, one per team of threads (0 or 1: one item, a row or a chunk of one,
+//            per chunks; 2, 4 or 8: rows of at most 512 KB / rows, chunks 0 or 1)
 // A forced configuration that is not compiled or does not fit the shape is an error, never a fallback.
 #include <string>
 
@@ -53,6 +56,7 @@ struct RowsPlan {
   int bpsm = 0;
   int steps = 0;
   int pieces = 0;
+  int rows = 0;
 };
 
 // Parses "key=value,key=value"; throws (TORCH_CHECK) on an unknown key, kind or a malformed value.

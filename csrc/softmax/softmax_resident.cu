@@ -12,28 +12,47 @@ namespace flash_attn_ext {
 namespace softmax {
 
 // As the dual kernel: the body exists only in sm_90+ code.
+template <typename T, int kTeams> bool resident_teams_supported() {
+  return kernel_code_version(resident::library_kernel<T, true, false, kTeams>) >= 90 &&
+         kernel_code_version(resident::library_kernel<T, false, false, kTeams>) >= 90 &&
+         kernel_code_version(resident::library_kernel<T, true, true, kTeams>) >= 90 &&
+         kernel_code_version(resident::library_kernel<T, false, true, kTeams>) >= 90;
+}
 template <typename T> bool resident_supported() {
-  return kernel_code_version(resident::library_kernel<T, true, false>) >= 90 &&
-         kernel_code_version(resident::library_kernel<T, false, false>) >= 90 &&
-         kernel_code_version(resident::library_kernel<T, true, true>) >= 90 &&
-         kernel_code_version(resident::library_kernel<T, false, true>) >= 90;
+  return resident_teams_supported<T, 1>() && resident_teams_supported<T, 2>() && resident_teams_supported<T, 4>() &&
+         resident_teams_supported<T, 8>();
 }
 
-// The pieces of the item's shared-memory part (the longest item: chunk_elems).
+// The pieces of the item's shared-memory part (the longest item: chunk_elems, or a team's row): a team's pieces
+// are 1 / teams of kPieceBytes, and every team has the longest row's count.
 template <typename T> size_t resident_smem_bytes(const PipeParams<T>& p) {
-  const int64_t smem_vecs = std::min<int64_t>(
-      std::max<int64_t>(p.chunk_elems / 8 - int64_t(resident::kRegVecs) * resident::kThreads, 0),
-      int64_t(resident::kMaxPieces) * resident::kPieceVecs);
-  const int64_t pieces = (smem_vecs + resident::kPieceVecs - 1) / resident::kPieceVecs;
+  const int64_t team_threads = resident::kThreads / p.teams, team_piece_vecs = resident::kPieceVecs / p.teams;
+  const int64_t smem_vecs =
+      std::min<int64_t>(std::max<int64_t>(p.chunk_elems / 8 - int64_t(resident::kRegVecs) * team_threads, 0),
+                        int64_t(resident::kMaxPieces) * team_piece_vecs);
+  const int64_t pieces = (smem_vecs + team_piece_vecs - 1) / team_piece_vecs;
   return static_cast<size_t>(pieces * resident::kPieceBytes);
 }
 
-// The instantiation for p's output and items. Items of exactly kResidentMaxItemBytes take the one without bounds.
-template <typename T> auto resident_kernel_for(const PipeParams<T>& p) {
-  const bool whole = p.chunk_elems * int64_t(sizeof(T)) == kResidentMaxItemBytes && p.len % p.chunk_elems == 0;
+// The instantiation for p's output, teams and items. Items of exactly kResidentMaxItemBytes (teams rows of
+// kResidentMaxItemBytes / teams, rows a multiple of teams) take the one without bounds.
+template <typename T, int kTeams> auto resident_team_kernel_for(const PipeParams<T>& p) {
+  const bool whole = p.chunk_elems * int64_t(sizeof(T)) * kTeams == kResidentMaxItemBytes &&
+                     p.len % p.chunk_elems == 0 && p.rows % kTeams == 0;
   const bool softmax = p.output == SoftmaxOutput::Softmax;
-  return whole ? (softmax ? resident::library_kernel<T, true, true> : resident::library_kernel<T, false, true>)
-               : (softmax ? resident::library_kernel<T, true, false> : resident::library_kernel<T, false, false>);
+  return whole ? (softmax ? resident::library_kernel<T, true, true, kTeams>
+                          : resident::library_kernel<T, false, true, kTeams>)
+               : (softmax ? resident::library_kernel<T, true, false, kTeams>
+                          : resident::library_kernel<T, false, false, kTeams>);
+}
+template <typename T> auto resident_kernel_for(const PipeParams<T>& p) {
+  switch (p.teams) {
+    case 2: return resident_team_kernel_for<T, 2>(p);
+    case 4: return resident_team_kernel_for<T, 4>(p);
+    case 8: return resident_team_kernel_for<T, 8>(p);
+    default: TORCH_CHECK(p.teams == 1, "resident kernel: teams must be 1, 2, 4 or 8, got ", p.teams);
+  }
+  return resident_team_kernel_for<T, 1>(p);
 }
 
 template <typename T> int resident_rows_blocks_per_sm(const PipeParams<T>& p) {
@@ -45,8 +64,8 @@ template <typename T> void launch_resident_rows(const PipeParams<T>& p, cudaStre
   const auto kernel = resident_kernel_for(p);
   const size_t smem = resident_smem_bytes(p);
   allow_dynamic_smem(kernel, smem);
-  launch_kernel(kernel, static_cast<int>(p.rows * p.chunks), resident::kThreads, smem, stream,
-                LaunchKind::Cooperative, p);
+  const int64_t items = p.teams > 1 ? (p.rows + p.teams - 1) / p.teams : p.rows * p.chunks;
+  launch_kernel(kernel, static_cast<int>(items), resident::kThreads, smem, stream, LaunchKind::Cooperative, p);
 }
 
 #define FAE_INSTANTIATE_RESIDENT(T)                          \

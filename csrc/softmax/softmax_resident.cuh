@@ -20,6 +20,7 @@ namespace softmax {
 namespace resident {
 
 constexpr int kThreads = 512;
+constexpr int kWarps = kThreads / 32;
 constexpr int kRegVecs = 20;  // registers: 160 KB a block (24 spilled and ran no faster; 16 ran 2 us slower)
 constexpr int kPieceBytes = 16 * 1024;
 constexpr int kPieceVecs = kPieceBytes / 16;
@@ -101,7 +102,6 @@ struct FastMergeOp {
 __device__ __forceinline__ OnlineState<float> reduce_item_state(const RowExchange& ex, int chunks, int64_t row,
                                                                 int64_t item, OnlineState<float> v,
                                                                 OnlineState<float>* scratch) {
-  constexpr int kWarps = kThreads / 32;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   v = warp_allreduce(v, FastMergeOp{});
   if (lane == 0) scratch[warp] = v;
@@ -134,10 +134,28 @@ __device__ __forceinline__ OnlineState<float> reduce_item_state(const RowExchang
   return scratch[32];
 }
 
+// The (m, d) of a team's row (kTeams > 1: whole rows, no exchange): every thread merges its team's warp states in
+// the same order, so the team normalizes with bitwise-identical statistics. scratch: kWarps states; every thread of
+// the block calls it (one block barrier).
+template <int kTeams>
+__device__ __forceinline__ OnlineState<float> reduce_team_state(OnlineState<float> v, OnlineState<float>* scratch) {
+  constexpr int kTeamWarps = kWarps / kTeams;
+  const int warp = threadIdx.x >> 5;
+  v = warp_allreduce(v, FastMergeOp{});
+  if ((threadIdx.x & 31) == 0) scratch[warp] = v;
+  __syncthreads();
+  const int first = warp / kTeamWarps * kTeamWarps;
+  OnlineState<float> acc = scratch[first];
+#pragma unroll
+  for (int w = 1; w < kTeamWarps; ++w) acc = merge<float, true>(acc, scratch[first + w]);
+  return acc;
+}
+
 #endif
 
-// Shape: grid = rows * p.chunks items (at most one block per SM, all resident: a cooperative launch when
-// p.chunks > 1), block b = item b, kThreads threads, dynamic shared memory: the item's pieces (kMaxPieces at most).
+// Shape: grid = rows * p.chunks items, or ceil(rows / kTeams) for kTeams > 1 (at most one block per SM, all
+// resident: a cooperative launch when p.chunks > 1), block b = item b, kThreads threads, dynamic shared memory: the
+// item's pieces (kMaxPieces at most per team).
 // Item of nvec vectors: [0, R) registers (thread t: vectors s * kThreads + t), [R, R + S) shared memory (piece k:
 // vectors R + k * kPieceVecs, ...), [R + S, nvec) L2 (thread t: vectors R + S + i * kThreads + t).
 // Phase A order, each part folded as it lands: the register loads are issued first (they arrive first), then the
@@ -150,22 +168,40 @@ __device__ __forceinline__ OnlineState<float> reduce_item_state(const RowExchang
 // vector needs a bound: bf16 softmax 3392 SASS instructions and 71 branches against 3896 and 100; streamed
 // 128x262144 50.1 -> 49.7 us, 64x524288 51.9 -> 51.5, cold 48.2 -> 47.5; 8x4194304 and 4x8388608 level (H100, two
 // rounds alternating through the op, NOTES "s56 call 1").
-template <typename T, bool kSoftmax, bool kWhole>
+// kTeams > 1: whole rows (p.chunks == 1), kTeams of them a block: team j (threads [j, j + 1) * kThreads / kTeams)
+// holds row b * kTeams + j as the block above holds an item, every size divided by kTeams (pieces of kPieceBytes /
+// kTeams, at most 512 KB / kTeams a row), with its own barriers, pieces and statistics and no exchange. Why: whole
+// rows of 64-256 KB otherwise run on the pipelined kernel, whose SMs fold and store in the same phases (bf16
+// 1024x32768 43 us on the H200 against 38.7 for the same bytes as 128 rows of 512 KB here), and per-row bookkeeping
+// inside one item's layout cost 1.5x the instructions (NOTES "s64 call 5"); a team runs the single-row code.
+template <typename T, bool kSoftmax, bool kWhole, int kTeams = 1>
 __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(const PipeParams<T> p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   static_assert(sizeof(T) == 2, "16-bit vectors of 8 elements");
-  extern __shared__ __align__(128) uint4 held[];
-  __shared__ uint64_t bars[kMaxPieces];
+  static_assert(kTeams >= 1 && kWarps % kTeams == 0, "whole warps a team");
+  constexpr int kTeamThreads = kThreads / kTeams;
+  constexpr int kTeamPieceVecs = kPieceVecs / kTeams;  // two vectors a thread, as for one team
+  extern __shared__ __align__(128) uint4 block_held[];
+  __shared__ uint64_t block_bars[kMaxPieces * kTeams];
   __shared__ OnlineState<float> scratch[kRowScratch];
-  const int t = threadIdx.x;
+  const int t = threadIdx.x % kTeamThreads;
+  const int team = threadIdx.x / kTeamThreads;
+  // Each team's pieces are sized for a whole row (the host's resident_smem_bytes), a team's after the one before.
+  const int row_smem_vecs = kTeams == 1 ? 0
+                                        : min(max(static_cast<int>(p.chunk_elems / 8) - kRegVecs * kTeamThreads, 0),
+                                              kMaxPieces * kTeamPieceVecs);
+  uint4* const held = block_held + team * ((row_smem_vecs + kTeamPieceVecs - 1) / kTeamPieceVecs * kTeamPieceVecs);
+  uint64_t* const bars = block_bars + team * kMaxPieces;
   const int64_t item = blockIdx.x;
-  const RowChunk span(item, p.chunks, p.chunk_elems, p.len);
-  const int nvec = kWhole ? int(kResidentMaxItemBytes / 16) : static_cast<int>(span.end - span.begin) / 8;
-  const int reg_vecs = kWhole ? kRegVecs * kThreads : min(nvec, kRegVecs * kThreads);
-  const int smem_vecs = kWhole ? kMaxPieces * kPieceVecs : min(nvec - reg_vecs, kMaxPieces * kPieceVecs);
-  const int pieces = (smem_vecs + kPieceVecs - 1) / kPieceVecs;
+  const RowChunk span(kTeams > 1 ? item * kTeams + team : item, p.chunks, p.chunk_elems, p.len);
+  const int nvec = kWhole             ? int(kResidentMaxItemBytes / 16 / kTeams)
+                   : kTeams == 1 || span.row < p.rows ? static_cast<int>(span.end - span.begin) / 8
+                                       : 0;  // a team past the last row
+  const int reg_vecs = kWhole ? kRegVecs * kTeamThreads : min(nvec, kRegVecs * kTeamThreads);
+  const int smem_vecs = kWhole ? kMaxPieces * kTeamPieceVecs : min(nvec - reg_vecs, kMaxPieces * kTeamPieceVecs);
+  const int pieces = (smem_vecs + kTeamPieceVecs - 1) / kTeamPieceVecs;
   const int l2_vecs = nvec - reg_vecs - smem_vecs;
-  const int l2_groups = (l2_vecs + kThreads * kL2Group - 1) / (kThreads * kL2Group);
+  const int l2_groups = (l2_vecs + kTeamThreads * kL2Group - 1) / (kTeamThreads * kL2Group);
   if (t == 0) {
     for (int k = 0; k < pieces; ++k) mbarrier_init(bars + k, 1);
     mbarrier_init_fence();
@@ -180,14 +216,14 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
   uint4 raw[kRegVecs];
 #pragma unroll
   for (int s = 0; s < kRegVecs; ++s) {
-    const int v = s * kThreads + t;
+    const int v = s * kTeamThreads + t;
     raw[s] = kWhole || v < reg_vecs ? load16_policy(xr + v, evict_first) : neg_inf_vector<T>();
   }
   if (t == 0) {
     for (int k = 0; k < pieces; ++k) {
-      const int bytes = min(kPieceVecs, smem_vecs - k * kPieceVecs) * 16;
+      const int bytes = min(kTeamPieceVecs, smem_vecs - k * kTeamPieceVecs) * 16;
       mbarrier_arrive_expect_tx(bars + k, bytes);
-      bulk_copy_to_shared(held + k * kPieceVecs, xs + k * kPieceVecs, bytes, bars + k, evict_first);
+      bulk_copy_to_shared(held + k * kTeamPieceVecs, xs + k * kTeamPieceVecs, bytes, bars + k, evict_first);
     }
   }
 
@@ -204,7 +240,7 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
   const auto load_group = [&](uint4 (&g)[kL2Group], int index) {
 #pragma unroll
     for (int i = 0; i < kL2Group; ++i) {
-      const int v = (index * kL2Group + i) * kThreads + t;
+      const int v = (index * kL2Group + i) * kTeamThreads + t;
       g[i] = kWhole || v < l2_vecs ? load16_policy(xl + v, evict_last) : neg_inf_vector<T>();
     }
   };
@@ -213,7 +249,7 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
     uint4 v[2];
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      const int idx = k * kPieceVecs + i * kThreads + t;
+      const int idx = k * kTeamPieceVecs + i * kTeamThreads + t;
       v[i] = kWhole || idx < smem_vecs ? held[idx] : neg_inf_vector<T>();
     }
     fold_vectors<T>(st, v);
@@ -242,10 +278,15 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
   uint4 next[kStoreDepth];  // the store pass's first L2 vectors, in flight through the exchange
 #pragma unroll
   for (int i = 0; i < kStoreDepth; ++i) {
-    const int v = i * kThreads + t;
+    const int v = i * kTeamThreads + t;
     if (kWhole || v < l2_vecs) next[i] = load16_policy(xl + v, evict_first);
   }
-  const OnlineState<float> row_state = reduce_item_state(p.exchange, p.chunks, span.row, item, st, scratch);
+  OnlineState<float> row_state;
+  if constexpr (kTeams == 1) {
+    row_state = reduce_item_state(p.exchange, p.chunks, span.row, item, st, scratch);
+  } else {
+    row_state = reduce_team_state<kTeams>(st, scratch);
+  }
   const Epilogue<float> epi(p.output, row_state, row_state.m);
   const auto term = pipe::output_term<T, kSoftmax>(epi, row_state.m);
   const auto out = [&](uint4 r) {
@@ -257,15 +298,15 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
   };
   uint4* y = reinterpret_cast<uint4*>(p.y + span.row * p.len + span.begin);
   uint4* yl = y + reg_vecs + smem_vecs;
-  const int l2_rounds = (l2_vecs + kThreads - 1) / kThreads;
+  const int l2_rounds = (l2_vecs + kTeamThreads - 1) / kTeamThreads;
 #pragma unroll 1
   for (int r = 0; r < l2_rounds; r += kStoreDepth) {
 #pragma unroll
     for (int i = 0; i < kStoreDepth; ++i) {
-      const int v = (r + i) * kThreads + t;
+      const int v = (r + i) * kTeamThreads + t;
       if (kWhole || v < l2_vecs) {
         const uint4 o = out(next[i]);
-        const int ahead = v + kStoreDepth * kThreads;
+        const int ahead = v + kStoreDepth * kTeamThreads;
         if (ahead < l2_vecs) next[i] = load16_policy(xl + ahead, evict_first);
         store16_streaming(yl + v, o);
       }
@@ -273,17 +314,17 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
   }
 #pragma unroll
   for (int s = 0; s < kRegVecs; ++s) {
-    const int v = s * kThreads + t;
+    const int v = s * kTeamThreads + t;
     if (kWhole || v < reg_vecs) store16_streaming(y + v, out(dual::opaque(raw[s])));
   }
 #pragma unroll 2
-  for (int v = t; v < smem_vecs; v += kThreads) store16_streaming(y + reg_vecs + v, out(held[v]));
+  for (int v = t; v < smem_vecs; v += kTeamThreads) store16_streaming(y + reg_vecs + v, out(held[v]));
 #endif
 }
 
-// The instantiation the library launches for an output (Softmax or LogSoftmax; logsumexp never comes here).
-template <typename T, bool kSoftmax, bool kWhole>
-constexpr auto library_kernel = softmax_resident_rows_kernel<T, kSoftmax, kWhole>;
+// The instantiations the library launches for an output (Softmax or LogSoftmax; logsumexp never comes here).
+template <typename T, bool kSoftmax, bool kWhole, int kTeams = 1>
+constexpr auto library_kernel = softmax_resident_rows_kernel<T, kSoftmax, kWhole, kTeams>;
 
 }  // namespace resident
 }  // namespace softmax

@@ -857,10 +857,10 @@ def test_forced_resident_teams_cuda(config):
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 def test_resident_whole_rows_cuda(dtype):
     # 16-bit rows that fill one wave of the resident kernel with whole rows per block: on sm_90 "auto" takes it
-    # (softmax_cuda.cu, resident_teams) for 64 KB rows 8 a block, the last block 5 (the instantiation with bounds), 8
-    # a block exactly (without), and rows of 62.5 KB (a vocabulary: 32000).
+    # (softmax_cuda.cu, resident_teams) for 64 KB rows 8 a block, the last block 5 (the instantiation with bounds) or
+    # 8 a block exactly (without), and 128 KB rows 4 a block, the last block 3.
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    for shape in ((8 * sms - 3, 32768), (8 * (sms - 4), 32768), (8 * sms, 32000)):
+    for shape in ((8 * sms - 3, 32768), (8 * (sms - 4), 32768), (4 * sms - 1, 65536)):
         _run_accuracy("cuda", dtype, "auto", shape, -1, "contiguous")
 
 

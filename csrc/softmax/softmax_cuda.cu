@@ -281,18 +281,22 @@ template <typename T> int64_t resident_chunks(const RowsShape& s) {
   return chunks;
 }
 
-// The whole rows per block (teams) "auto" takes the resident kernel with, or 0: 16-bit rows that 2, 4 or 8 teams
-// hold (rows of at most 512 KB / teams, the most teams that fit), whose blocks fill one wave as resident_chunks'
-// items do, with at least kResidentMinItemBytes of rows a block. Why: the pipelined kernel those rows took
-// otherwise folds and stores in the same phases on every SM (see softmax_resident.cuh).
+// The whole rows per block (teams) "auto" takes the resident kernel with, or 0: 16-bit rows of exactly 512 KB / teams
+// (2, 4 or 8 teams: 128, 64 or 32 K elements), whose blocks fill one wave as resident_chunks' items do. Why: the
+// pipelined and dual kernels those rows took otherwise fold and store in the same phases on every SM (see
+// softmax_resident.cuh). H200, bf16, us cold / streamed, pipelined or dual -> teams (NOTES "s64 call 6"):
+// 1024x32768 43.1-43.5 / 42.7-42.8 -> 40.8 / 41.2-41.3, 1000x32768 42.5 / 42.2-42.3 -> 41.2-41.3 / 40.4-40.7,
+// 512x65536 44.1-44.3 / 42.4-42.8 -> 40.6-40.8 / 40.8-40.9, 256x131072 46.4-46.7 / 44.7-45.0 -> 39.9-40.3 /
+// 40.2-40.3. Rows that fill their team in part lost: 1056x32000 (62.5 of 64 KB) 41.7-41.9 / 43.1-43.2 -> 44.6-44.9 /
+// 45.2-45.3 (cause not found), so they stay where they were.
 template <typename T> int64_t resident_teams(const RowsShape& s) {
   if (!s.resident || s.smem_optin < kResidentMaxSmemBytes + 2048) return 0;
-  int64_t teams = 8;
-  while (teams > 1 && s.row_bytes * teams > kResidentMaxItemBytes) teams /= 2;
-  if (teams < 2) return 0;
-  const int64_t items = ceil_div(s.rows, teams);
-  if (items > s.sms || items < kResidentMinFill * s.sms || teams * s.row_bytes <= kResidentMinItemBytes) return 0;
-  return teams;
+  for (const int64_t teams : {2, 4, 8}) {
+    if (s.row_bytes * teams != kResidentMaxItemBytes) continue;
+    const int64_t items = ceil_div(s.rows, teams);
+    return items <= s.sms && items >= kResidentMinFill * s.sms ? teams : 0;
+  }
+  return 0;
 }
 
 // Streaming chunks: 4 block-steps (64 KiB of fp32), more for rows so long that a row would have over 1024

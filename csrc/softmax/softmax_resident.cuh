@@ -194,9 +194,10 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
   uint64_t* const bars = block_bars + team * kMaxPieces;
   const int64_t item = blockIdx.x;
   const RowChunk span(kTeams > 1 ? item * kTeams + team : item, p.chunks, p.chunk_elems, p.len);
-  const int nvec = kWhole             ? int(kResidentMaxItemBytes / 16 / kTeams)
-                   : kTeams == 1 || span.row < p.rows ? static_cast<int>(span.end - span.begin) / 8
-                                       : 0;  // a team past the last row
+  const bool has_row = kTeams == 1 || span.row < p.rows;  // a team past the last row holds nothing
+  const int nvec = kWhole    ? int(kResidentMaxItemBytes / 16 / kTeams)
+                   : has_row ? static_cast<int>(span.end - span.begin) / 8
+                             : 0;
   const int reg_vecs = kWhole ? kRegVecs * kTeamThreads : min(nvec, kRegVecs * kTeamThreads);
   const int smem_vecs = kWhole ? kMaxPieces * kTeamPieceVecs : min(nvec - reg_vecs, kMaxPieces * kTeamPieceVecs);
   const int pieces = (smem_vecs + kTeamPieceVecs - 1) / kTeamPieceVecs;

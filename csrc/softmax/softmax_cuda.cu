@@ -290,7 +290,7 @@ template <typename T> int64_t resident_chunks(const RowsShape& s) {
 // 40.2-40.3. Rows that fill their team in part lost: 1056x32000 (62.5 of 64 KB) 41.7-41.9 / 43.1-43.2 -> 44.6-44.9 /
 // 45.2-45.3 (cause not found), so they stay where they were.
 template <typename T> int64_t resident_teams(const RowsShape& s) {
-  // (and a device whose opt-in shared memory holds the pieces next to 8 teams' barriers and the scratch: 1280 bytes)
+  // (and a device whose opt-in shared memory holds the pieces next to 8 teams' barriers and the scratch, ~1.2 KB)
   if (!s.resident || s.smem_optin < kResidentMaxSmemBytes + 2048) return 0;
   for (const int64_t teams : {2, 4, 8}) {
     if (s.row_bytes * teams != kResidentMaxItemBytes) continue;

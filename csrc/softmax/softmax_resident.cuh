@@ -157,7 +157,8 @@ __device__ __forceinline__ OnlineState<float> reduce_team_state(OnlineState<floa
 // resident: a cooperative launch when p.chunks > 1), block b = item b, kThreads threads, dynamic shared memory: the
 // item's pieces (kMaxPieces at most per team).
 // Item of nvec vectors: [0, R) registers (thread t: vectors s * kThreads + t), [R, R + S) shared memory (piece k:
-// vectors R + k * kPieceVecs, ...), [R + S, nvec) L2 (thread t: vectors R + S + i * kThreads + t).
+// vectors R + k * kPieceVecs, ...), [R + S, nvec) L2 (thread t: vectors R + S + i * kThreads + t). With kTeams > 1
+// the same for each team's row, with the team's kTeamThreads and kTeamPieceVecs in place of kThreads and kPieceVecs.
 // Phase A order, each part folded as it lands: the register loads are issued first (they arrive first), then the
 // bulk copies; the L2 part's loads go out after the register fold, kL2Depth groups ahead, and before each L2 group
 // the next shared-memory pieces are folded. Why: folded after the L2 part, the pieces had all landed and their

@@ -191,6 +191,8 @@ template <typename T> void launch_dual_rows(const PipeParams<T>& p, int grid, cu
 // teams). piece_elems and ring_pieces unused.
 constexpr int64_t kResidentMaxItemBytes = 512 * 1024;
 constexpr size_t kResidentMaxSmemBytes = 224 * 1024;  // the longest item's shared-memory part
+// An item's register and shared-memory parts (the rest goes through L2); a team's row is 1 / teams of it.
+constexpr int64_t kResidentOnChipItemBytes = kResidentMaxItemBytes - 128 * 1024;
 template <typename T> bool resident_supported();
 template <typename T> int resident_rows_blocks_per_sm(const PipeParams<T>& p);
 template <typename T> void launch_resident_rows(const PipeParams<T>& p, cudaStream_t stream);

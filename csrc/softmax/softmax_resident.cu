@@ -12,11 +12,16 @@ namespace flash_attn_ext {
 namespace softmax {
 
 // As the dual kernel: the body exists only in sm_90+ code.
+template <typename T, resident::ItemFill kFill, int kTeams> bool resident_fill_supported() {
+  return kernel_code_version(resident::library_kernel<T, true, kFill, kTeams>) >= 90 &&
+         kernel_code_version(resident::library_kernel<T, false, kFill, kTeams>) >= 90;
+}
 template <typename T, int kTeams> bool resident_teams_supported() {
-  return kernel_code_version(resident::library_kernel<T, true, false, kTeams>) >= 90 &&
-         kernel_code_version(resident::library_kernel<T, false, false, kTeams>) >= 90 &&
-         kernel_code_version(resident::library_kernel<T, true, true, kTeams>) >= 90 &&
-         kernel_code_version(resident::library_kernel<T, false, true, kTeams>) >= 90;
+  using resident::ItemFill;
+  if constexpr (kTeams > 1) {
+    if (!resident_fill_supported<T, ItemFill::OnChip, kTeams>()) return false;
+  }
+  return resident_fill_supported<T, ItemFill::Bounded, kTeams>() && resident_fill_supported<T, ItemFill::Whole, kTeams>();
 }
 template <typename T> bool resident_supported() {
   return resident_teams_supported<T, 1>() && resident_teams_supported<T, 2>() && resident_teams_supported<T, 4>() &&
@@ -35,15 +40,24 @@ template <typename T> size_t resident_smem_bytes(const PipeParams<T>& p) {
 }
 
 // The instantiation for p's output, teams and items. Items of exactly kResidentMaxItemBytes (teams rows of
-// kResidentMaxItemBytes / teams, rows a multiple of teams) take the one without bounds.
+// kResidentMaxItemBytes / teams, rows a multiple of teams) take the one without bounds; teams' rows that fill
+// their registers and shared memory take the one with bounds on the L2 part only.
 template <typename T, int kTeams> auto resident_team_kernel_for(const PipeParams<T>& p) {
-  const bool whole = p.chunk_elems * int64_t(sizeof(T)) * kTeams == kResidentMaxItemBytes &&
-                     p.len % p.chunk_elems == 0 && p.rows % kTeams == 0;
-  const bool softmax = p.output == SoftmaxOutput::Softmax;
-  return whole ? (softmax ? resident::library_kernel<T, true, true, kTeams>
-                          : resident::library_kernel<T, false, true, kTeams>)
-               : (softmax ? resident::library_kernel<T, true, false, kTeams>
-                          : resident::library_kernel<T, false, false, kTeams>);
+  using resident::ItemFill;
+  const auto for_fill = [&](auto fill) {
+    return p.output == SoftmaxOutput::Softmax ? resident::library_kernel<T, true, decltype(fill)::value, kTeams>
+                                              : resident::library_kernel<T, false, decltype(fill)::value, kTeams>;
+  };
+  if (p.chunk_elems * int64_t(sizeof(T)) * kTeams == kResidentMaxItemBytes && p.len % p.chunk_elems == 0 &&
+      p.rows % kTeams == 0) {
+    return for_fill(std::integral_constant<ItemFill, ItemFill::Whole>{});
+  }
+  if constexpr (kTeams > 1) {
+    if (p.chunk_elems * int64_t(sizeof(T)) * kTeams >= kResidentOnChipItemBytes) {
+      return for_fill(std::integral_constant<ItemFill, ItemFill::OnChip>{});
+    }
+  }
+  return for_fill(std::integral_constant<ItemFill, ItemFill::Bounded>{});
 }
 template <typename T> auto resident_kernel_for(const PipeParams<T>& p) {
   switch (p.teams) {

@@ -32,6 +32,14 @@ static_assert(int64_t(kThreads) * kRegVecs * 16 + int64_t(kMaxPieces) * kPieceBy
                   kResidentMaxItemBytes,
               "the host's item bound: registers + shared memory + at most 128 KB through L2");
 static_assert(size_t(kMaxPieces) * kPieceBytes == kResidentMaxSmemBytes, "the host's shared-memory bound");
+static_assert(int64_t(kThreads) * kRegVecs * 16 + int64_t(kMaxPieces) * kPieceBytes == kResidentOnChipItemBytes,
+              "the host's bound for the OnChip instantiation");
+
+// What the kernel knows of an item's length at compile time. Whole: exactly kResidentMaxItemBytes, every part
+// full and no vector needs a bound. OnChip (teams only): at least the register and shared-memory parts, so only the
+// L2 part's vectors are bounded. Bounded: any length. Why OnChip: the bounded team kernels spill 68 B, and bf16
+// 1024x32000 on 8 teams ran 44.8 us cold against 41.0 for the whole 1024x32768 (NOTES "s65 call 1").
+enum class ItemFill { Bounded, OnChip, Whole };
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 // A 16-byte load under an L2 policy (l2_policy.cuh): the L2 part's first read must survive until phase B reads it
@@ -175,11 +183,14 @@ __device__ __forceinline__ OnlineState<float> reduce_team_state(OnlineState<floa
 // rows of 64-256 KB otherwise run on the pipelined kernel, whose SMs fold and store in the same phases (bf16
 // 1024x32768 43 us on the H200 against 38.7 for the same bytes as 128 rows of 512 KB here), and per-row bookkeeping
 // inside one item's layout cost 1.5x the instructions (NOTES "s64 call 5"); a team runs the single-row code.
-template <typename T, bool kSoftmax, bool kWhole, int kTeams = 1>
+template <typename T, bool kSoftmax, ItemFill kFill, int kTeams = 1>
 __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(const PipeParams<T> p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   static_assert(sizeof(T) == 2, "16-bit vectors of 8 elements");
   static_assert(kTeams >= 1 && kWarps % kTeams == 0, "whole warps a team");
+  static_assert(kFill != ItemFill::OnChip || kTeams > 1, "OnChip is a team's row");
+  constexpr bool kWhole = kFill == ItemFill::Whole;
+  constexpr bool kOnChip = kFill != ItemFill::Bounded;  // the register and shared-memory parts full
   constexpr int kTeamThreads = kThreads / kTeams;
   constexpr int kTeamPieceVecs = kPieceVecs / kTeams;  // two vectors a thread, as for one team
   extern __shared__ __align__(128) uint4 block_held[];
@@ -189,18 +200,16 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
   const int team = threadIdx.x / kTeamThreads;
   // Each team's pieces are sized for a whole row (the host's resident_smem_bytes), a team's after the one before.
   const int row_smem_vecs = kTeams == 1 ? 0
+                            : kOnChip   ? kMaxPieces * kTeamPieceVecs
                                         : min(max(static_cast<int>(p.chunk_elems / 8) - kRegVecs * kTeamThreads, 0),
                                               kMaxPieces * kTeamPieceVecs);
   uint4* const held = block_held + team * ((row_smem_vecs + kTeamPieceVecs - 1) / kTeamPieceVecs * kTeamPieceVecs);
   uint64_t* const bars = block_bars + team * kMaxPieces;
   const int64_t item = blockIdx.x;
   const RowChunk span(kTeams > 1 ? item * kTeams + team : item, p.chunks, p.chunk_elems, p.len);
-  const bool has_row = kTeams == 1 || span.row < p.rows;  // a team past the last row holds nothing
-  const int nvec = kWhole    ? int(kResidentMaxItemBytes / 16 / kTeams)
-                   : has_row ? static_cast<int>(span.end - span.begin) / 8
-                             : 0;
-  const int reg_vecs = kWhole ? kRegVecs * kTeamThreads : min(nvec, kRegVecs * kTeamThreads);
-  const int smem_vecs = kWhole ? kMaxPieces * kTeamPieceVecs : min(nvec - reg_vecs, kMaxPieces * kTeamPieceVecs);
+  const int nvec = kWhole ? int(kResidentMaxItemBytes / 16 / kTeams) : static_cast<int>(span.end - span.begin) / 8;
+  const int reg_vecs = kOnChip ? kRegVecs * kTeamThreads : min(nvec, kRegVecs * kTeamThreads);
+  const int smem_vecs = kOnChip ? kMaxPieces * kTeamPieceVecs : min(nvec - reg_vecs, kMaxPieces * kTeamPieceVecs);
   const int pieces = (smem_vecs + kTeamPieceVecs - 1) / kTeamPieceVecs;
   const int l2_vecs = nvec - reg_vecs - smem_vecs;
   const int l2_groups = (l2_vecs + kTeamThreads * kL2Group - 1) / (kTeamThreads * kL2Group);
@@ -210,6 +219,12 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
   }
   __syncthreads();
   begin_dependent_grid();
+  // A team past the last row (none in kWhole: the host checks rows % kTeams == 0) joins the team reduction's block
+  // barrier only.
+  if (!kWhole && kTeams > 1 && span.row >= p.rows) {
+    reduce_team_state<kTeams>(empty_state<float>(), scratch);
+    return;
+  }
   const uint64_t evict_first = l2_policy_evict_first(), evict_last = l2_policy_evict_last();
   const uint4* xr = reinterpret_cast<const uint4*>(p.x + span.row * p.len + span.begin);
   const uint4* xs = xr + reg_vecs;
@@ -219,7 +234,7 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
 #pragma unroll
   for (int s = 0; s < kRegVecs; ++s) {
     const int v = s * kTeamThreads + t;
-    raw[s] = kWhole || v < reg_vecs ? load16_policy(xr + v, evict_first) : neg_inf_vector<T>();
+    raw[s] = kOnChip || v < reg_vecs ? load16_policy(xr + v, evict_first) : neg_inf_vector<T>();
   }
   if (t == 0) {
     for (int k = 0; k < pieces; ++k) {
@@ -252,7 +267,7 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int idx = k * kTeamPieceVecs + i * kTeamThreads + t;
-      v[i] = kWhole || idx < smem_vecs ? held[idx] : neg_inf_vector<T>();
+      v[i] = kOnChip || idx < smem_vecs ? held[idx] : neg_inf_vector<T>();
     }
     fold_vectors<T>(st, v);
   };
@@ -317,7 +332,7 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
 #pragma unroll
   for (int s = 0; s < kRegVecs; ++s) {
     const int v = s * kTeamThreads + t;
-    if (kWhole || v < reg_vecs) store16_streaming(y + v, out(dual::opaque(raw[s])));
+    if (kOnChip || v < reg_vecs) store16_streaming(y + v, out(dual::opaque(raw[s])));
   }
 #pragma unroll 2
   for (int v = t; v < smem_vecs; v += kTeamThreads) store16_streaming(y + reg_vecs + v, out(held[v]));
@@ -325,8 +340,8 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
 }
 
 // The instantiations the library launches for an output (Softmax or LogSoftmax; logsumexp never comes here).
-template <typename T, bool kSoftmax, bool kWhole, int kTeams = 1>
-constexpr auto library_kernel = softmax_resident_rows_kernel<T, kSoftmax, kWhole, kTeams>;
+template <typename T, bool kSoftmax, ItemFill kFill, int kTeams = 1>
+constexpr auto library_kernel = softmax_resident_rows_kernel<T, kSoftmax, kFill, kTeams>;
 
 }  // namespace resident
 }  // namespace softmax

@@ -823,8 +823,8 @@ from reference import softmax_ref, log_softmax_ref
 ops = ((fae.softmax, softmax_ref, torch.softmax), (fae.log_softmax, log_softmax_ref, torch.log_softmax))
 teams = int(os.environ["FAE_SOFTMAX_CONFIG"].split("rows=")[1])
 # rows a team holds in registers only (4096, 4104: 513 vectors), into its pieces and its L2 part, at most
-# 512 KB / teams; 3 * teams - 1 rows: a last block with an idle team; 2 * teams rows of exactly 512 KB / teams: the
-# instantiation without bounds
+# 512 KB / teams (from 384 KB / teams the instantiation bounded on the L2 part only); 3 * teams - 1 rows: a last
+# block with an idle team; 2 * teams rows of exactly 512 KB / teams: the instantiation without bounds
 lengths = [n for n in (4096, 4104, 32000, 40000, 65536, 100008, 131072) if n * 2 * teams <= 512 * 1024]
 for dtype in (torch.bfloat16, torch.float16):
     for shape in [(3 * teams - 1, n) for n in lengths] + [(2 * teams, 262144 // teams)]:
@@ -857,10 +857,12 @@ def test_forced_resident_teams_cuda(config):
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 def test_resident_whole_rows_cuda(dtype):
     # 16-bit rows that fill one wave of the resident kernel with whole rows per block: on sm_90 "auto" takes it
-    # (softmax_cuda.cu, resident_teams) for 64 KB rows 8 a block, the last block 5 (the instantiation with bounds) or
-    # 8 a block exactly (without), and 128 KB rows 4 a block, the last block 3.
+    # (softmax_cuda.cu, resident_teams) for 64 KB rows 8 a block, the last block 5 (the instantiation bounded on the
+    # L2 part, OnChip) or 8 a block exactly (Whole), 128 KB rows 4 a block, the last block 3, and rows that fill a
+    # team in part (OnChip): 62.5 KB 8 a block, 195 KB 2 a block, the last block 1.
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    for shape in ((8 * sms - 3, 32768), (8 * (sms - 4), 32768), (4 * sms - 1, 65536)):
+    for shape in ((8 * sms - 3, 32768), (8 * (sms - 4), 32768), (4 * sms - 1, 65536), (8 * sms - 8, 32000),
+                  (2 * sms - 1, 100008)):
         _run_accuracy("cuda", dtype, "auto", shape, -1, "contiguous")
 
 

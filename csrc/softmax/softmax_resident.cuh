@@ -173,8 +173,8 @@ __device__ __forceinline__ OnlineState<float> reduce_team_state(OnlineState<floa
 // exponentials ran with DRAM idle (bf16 128x262144 53.0 -> 50.9 us streamed, NOTES "s55 call 3").
 // Phase B order: the L2 part first (before the other stores evict it: 53.2 against 58.0-60.2 us with it second or
 // last, "s55 call 1"), its first vectors loaded before the row exchange; then registers, then shared memory.
-// kWhole: every item is exactly kResidentMaxItemBytes (the host checks), so the parts' sizes are constants and no
-// vector needs a bound: bf16 softmax 3392 SASS instructions and 71 branches against 3896 and 100; streamed
+// kFill == Whole: every item is exactly kResidentMaxItemBytes (the host checks), so the parts' sizes are constants and
+// no vector needs a bound: bf16 softmax 3392 SASS instructions and 71 branches against 3896 and 100; streamed
 // 128x262144 50.1 -> 49.7 us, 64x524288 51.9 -> 51.5, cold 48.2 -> 47.5; 8x4194304 and 4x8388608 level (H100, two
 // rounds alternating through the op, NOTES "s56 call 1").
 // kTeams > 1: whole rows (p.chunks == 1), kTeams of them a block: team j (threads [j, j + 1) * kThreads / kTeams)
@@ -182,7 +182,8 @@ __device__ __forceinline__ OnlineState<float> reduce_team_state(OnlineState<floa
 // kTeams, at most 512 KB / kTeams a row), with its own barriers, pieces and statistics and no exchange. Why: whole
 // rows of 64-256 KB otherwise run on the pipelined kernel, whose SMs fold and store in the same phases (bf16
 // 1024x32768 43 us on the H200 against 38.7 for the same bytes as 128 rows of 512 KB here), and per-row bookkeeping
-// inside one item's layout cost 1.5x the instructions (NOTES "s64 call 5"); a team runs the single-row code.
+// inside one item's layout cost 1.5x the instructions (NOTES "s64 call 5"); a team runs the single-row code. A team
+// past the last row (rows not a multiple of kTeams) returns after the team reduction's barrier.
 template <typename T, bool kSoftmax, ItemFill kFill, int kTeams = 1>
 __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(const PipeParams<T> p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

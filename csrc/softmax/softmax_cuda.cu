@@ -265,10 +265,15 @@ template <typename T> int64_t resident_chunk_elems(int64_t len, int64_t chunks) 
 int64_t resident_fewest_chunks(int64_t row_bytes) { return ceil_div(row_bytes, kResidentMaxItemBytes); }
 // The chunk count "auto" takes the resident kernel with, or 0: 16-bit rows whose items, at the fewest chunks of
 // <= 512 KB, fill one wave of one block per SM to at least kResidentMinFill of the SMs, with items of more than
-// kResidentMinItemBytes. Why these bounds: the kernel was measured on such shapes only, where it beat the dual
-// kernel by 1-3.9 us streamed and by -0.3 to 1.9 us cold (H100 through the op, bf16 and fp16 128x262144, 8x4194304,
-// 64x524288, 4x8388608, 120x262144; NOTES "s55 calls 6-9"); smaller tensors keep the kernels measured there.
+// kResidentMinItemBytes, or whole rows of at least kResidentMinRowBytes. Why these bounds: the kernel was measured on
+// such shapes only, where it beat the dual kernel by 1-3.9 us streamed and by -0.3 to 1.9 us cold (H100 through the
+// op, bf16 and fp16 128x262144, 8x4194304, 64x524288, 4x8388608, 120x262144; NOTES "s55 calls 6-9"), and, on whole
+// rows of 256-384 KB, the pipelined and dual kernels by 6.5-10 us (H200, bf16, us cold / streamed, auto before ->
+// resident: 128x151936 35.1-35.2 / 32.7-32.9 -> 26.4-26.5 / 26.3, 132x152064 36.2-36.4 / 32.9 -> 27.8-28.1 /
+// 26.3-26.5, 120x163840 37.2-37.4 / 34.2-34.3 -> 27.1-27.5 / 26.7-26.8, 128x131080 31.9-32.1 / 29.6 -> 24.0 /
+// 23.1-23.2; NOTES "s65 call 5"); smaller tensors keep the kernels measured there.
 constexpr int64_t kResidentMinItemBytes = 384 * 1024;
+constexpr int64_t kResidentMinRowBytes = 256 * 1024;
 constexpr double kResidentMinFill = 0.9;
 template <typename T> int64_t resident_chunks(const RowsShape& s) {
   // (and a device whose opt-in shared memory holds the longest item's pieces next to the static arrays)
@@ -277,7 +282,8 @@ template <typename T> int64_t resident_chunks(const RowsShape& s) {
   const int64_t chunk_elems = resident_chunk_elems<T>(s.len, chunks);
   const int64_t items = s.rows * ceil_div(s.len, chunk_elems);
   const int64_t item_bytes = chunk_elems * static_cast<int64_t>(sizeof(T));
-  if (items > s.sms || items < kResidentMinFill * s.sms || item_bytes <= kResidentMinItemBytes) return 0;
+  if (items > s.sms || items < kResidentMinFill * s.sms) return 0;
+  if (item_bytes <= kResidentMinItemBytes && !(chunks == 1 && s.row_bytes >= kResidentMinRowBytes)) return 0;
   return chunks;
 }
 

@@ -10,8 +10,8 @@
 // (NOTES "s55 call 9"): 128x262144 (one row per block) 50.0-50.4 us against 53.9, 8x4194304 (16 blocks per row)
 // 52.2-52.4 against 53.4, 64x524288 51.6 against 52.9, 4x8388608 52.6 against 55.1, 120x262144 47.9 against 50.6; a
 // copy of the same bytes 46.3. A probe of the same design (s55 calls 1-5) ran 49.5 / 51.7 us on the first two shapes;
-// with items of exactly 512 KB on their own instantiation (kWhole) the kernel reads 49.6 / 52.2 beside it (s56 call 1).
-// Each element is read from DRAM once and written once.
+// with items of exactly 512 KB on their own instantiation (ItemFill::Whole) the kernel reads 49.6 / 52.2 beside it
+// (s56 call 1). Each element is read from DRAM once and written once.
 #include "common/l2_policy.cuh"
 #include "softmax/softmax_dual.cuh"
 

@@ -353,7 +353,10 @@ bool unaligned_pipe_rows(const SoftmaxProblem& p, const RowsShape& s) {
 // rows split over two or more rounds of items and for whole rows where rows fill the SMs (fp32 up to 192 KB,
 // 16-bit 80-128 KB), else the pipelined kernel (0.), whole or split into chunks (pipe_chunks), one or two
 // blocks per SM, except many 16-bit whole rows of <= 64 KB (2b.); logsumexp there takes the streaming reduce
-// (4.) instead. Unaligned rows on the output's grid take the pipelined kernel where unaligned_pipe_rows says.
+// (4.) instead; 16-bit softmax / log_softmax tensors that one wave of blocks holds whole take the resident kernel
+// before both (resident_chunks: items of > 384 KB or whole rows of >= 256 KB, one a block; resident_teams: whole rows
+// of 384-512 KB / teams, 2, 4 or 8 a block). Unaligned rows on the output's grid take the pipelined kernel where
+// unaligned_pipe_rows says.
 // FAE_SOFTMAX_CONFIG (softmax_plan.h) replaces this choice for benchmarks.
 template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const RowsShape& s) {
   using Traits = RowsTraits<T>;

@@ -21,7 +21,8 @@ template <typename T, int kTeams> bool resident_teams_supported() {
   if constexpr (kTeams > 1) {
     if (!resident_fill_supported<T, ItemFill::OnChip, kTeams>()) return false;
   }
-  return resident_fill_supported<T, ItemFill::Bounded, kTeams>() && resident_fill_supported<T, ItemFill::Whole, kTeams>();
+  return resident_fill_supported<T, ItemFill::Bounded, kTeams>() &&
+         resident_fill_supported<T, ItemFill::Whole, kTeams>();
 }
 template <typename T> bool resident_supported() {
   return resident_teams_supported<T, 1>() && resident_teams_supported<T, 2>() && resident_teams_supported<T, 4>() &&

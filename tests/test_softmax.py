@@ -858,10 +858,10 @@ def test_forced_resident_teams_cuda(config):
 def test_resident_whole_rows_cuda(dtype):
     # 16-bit rows that fill one wave of the resident kernel with whole rows per block (on an H100 / H200's 132 SMs;
     # with fewer SMs some shapes take other kernels): on sm_90 "auto" takes it (softmax_cuda.cu: resident_teams, and
-    # resident_chunks for the rows of 256-384 KB) for 64 KB rows 8 a block, the last block 5 (the instantiation bounded on the
-    # L2 part, OnChip) or 8 a block exactly (Whole), 128 KB rows 4 a block, the last block 3, and rows that fill a
-    # team in part (OnChip): 62.5 KB 8 a block, 195 KB 2 a block, the last block 1; and whole rows of 256-384 KB,
-    # one a block (the single-row kernel with bounds: registers and shared memory, no L2 part).
+    # resident_chunks for the rows of 256-384 KB) for 64 KB rows 8 a block, the last block 5 (the instantiation
+    # bounded on the L2 part, OnChip) or 8 a block exactly (Whole), 128 KB rows 4 a block, the last block 3, and
+    # rows that fill a team in part (OnChip): 62.5 KB 8 a block, 195 KB 2 a block, the last block 1; and whole rows
+    # of 256-384 KB, one a block (the single-row kernel with bounds: registers and shared memory, no L2 part).
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     for shape in ((8 * sms - 3, 32768), (8 * (sms - 4), 32768), (4 * sms - 1, 65536), (8 * sms - 8, 32000),
                   (2 * sms - 1, 100008), (sms, 151936), (sms - 10, 131072)):

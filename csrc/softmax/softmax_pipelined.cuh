@@ -156,6 +156,14 @@ __device__ __forceinline__ auto output_term(const Epilogue<acc_t<T>>& epi, acc_t
   }
 }
 
+// Vector v of an item held in the ring from slot offset `base` (wrapping at ring_vecs), unpacked into w.
+template <typename T>
+__device__ __forceinline__ void unpack_ring_vector(const uint4* ring, int base, int ring_vecs, int v,
+                                                   acc_t<T> (&w)[16 / sizeof(T)]) {
+  const int i = base + v;
+  VecIO<T>::unpack(ring[i >= ring_vecs ? i - ring_vecs : i], w);
+}
+
 // The store pass of an item held in the ring (its vectors from slot offset `base`, wrapping at ring_vecs;
 // y: where ring vector 0 goes, shift elements before the item's output), each element mapped by
 // output_term: vectors [lo, hi) whole, the edges (ItemVectors) element by element by thread 0. Stores are
@@ -168,9 +176,8 @@ __device__ __forceinline__ void store_item(T* y, const uint4* ring, int base, in
   const auto term = output_term<T, kSoftmax>(epi, row_max);
 #pragma unroll kPipeGroup
   for (int v = iv.lo + t; v < iv.hi; v += nt) {
-    const int i = base + v;
     A w[kVec];
-    VecIO<T>::unpack(ring[i >= ring_vecs ? i - ring_vecs : i], w);
+    unpack_ring_vector<T>(ring, base, ring_vecs, v, w);
 #pragma unroll
     for (int j = 0; j < kVec; ++j) w[j] = term(w[j]);
     // The pipelined kernel stores 16-bit outputs evict-first: measured side by side on the H100, bf16 split
@@ -190,9 +197,8 @@ __device__ __forceinline__ void store_item(T* y, const uint4* ring, int base, in
 #pragma unroll
     for (int g = 0; g < 2; ++g) {
       if (!on[g]) continue;
-      const int i = base + edge[g];
       A w[kVec];
-      VecIO<T>::unpack(ring[i >= ring_vecs ? i - ring_vecs : i], w);
+      unpack_ring_vector<T>(ring, base, ring_vecs, edge[g], w);
 #pragma unroll
       for (int j = 0; j < kVec; ++j) {
         if (iv.inside(edge[g], j)) y[static_cast<int64_t>(edge[g]) * kVec + j] = from_acc<T>(term(w[j]));
@@ -213,8 +219,7 @@ __device__ __forceinline__ void fold_edges(OnlineState<acc_t<T>>& st, const uint
   A w[2][kVec];
 #pragma unroll
   for (int g = 0; g < 2; ++g) {
-    const int i = base + edge[g];
-    VecIO<T>::unpack(ring[i >= ring_vecs ? i - ring_vecs : i], w[g]);
+    unpack_ring_vector<T>(ring, base, ring_vecs, edge[g], w[g]);
 #pragma unroll
     for (int j = 0; j < kVec; ++j) w[g][j] = on[g] && iv.inside(edge[g], j) ? w[g][j] : neg_inf<A>();
   }

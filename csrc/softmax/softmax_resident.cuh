@@ -28,12 +28,10 @@ constexpr int kMaxPieces = 14;  // shared memory: 224 KB a block
 constexpr int kL2Group = 2;     // L2-part vectors a thread folds at once
 constexpr int kL2Depth = 2;     // and the groups it keeps in flight (3 or 4 spilled or ran slower)
 constexpr int kStoreDepth = 4;  // L2-part vectors in flight in the store pass
-static_assert(int64_t(kThreads) * kRegVecs * 16 + int64_t(kMaxPieces) * kPieceBytes + 128 * 1024 ==
-                  kResidentMaxItemBytes,
-              "the host's item bound: registers + shared memory + at most 128 KB through L2");
-static_assert(size_t(kMaxPieces) * kPieceBytes == kResidentMaxSmemBytes, "the host's shared-memory bound");
+// (kResidentOnChipItemBytes is kResidentMaxItemBytes less the 128 KB at most that go through L2.)
 static_assert(int64_t(kThreads) * kRegVecs * 16 + int64_t(kMaxPieces) * kPieceBytes == kResidentOnChipItemBytes,
-              "the host's bound for the OnChip instantiation");
+              "the host's item bounds: registers + shared memory, and at most 128 KB more through L2");
+static_assert(size_t(kMaxPieces) * kPieceBytes == kResidentMaxSmemBytes, "the host's shared-memory bound");
 
 // What the kernel knows of an item's length at compile time. Whole: exactly kResidentMaxItemBytes, every part
 // full and no vector needs a bound. OnChip (teams only): at least the register and shared-memory parts, so only the

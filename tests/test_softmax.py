@@ -861,10 +861,12 @@ def test_resident_whole_rows_cuda(dtype):
     # resident_chunks for the rows of 256-384 KB) for 64 KB rows 8 a block, the last block 5 (the instantiation
     # bounded on the L2 part, OnChip) or 8 a block exactly (Whole), 128 KB rows 4 a block, the last block 3, and
     # rows that fill a team in part (OnChip): 62.5 KB 8 a block, 195 KB 2 a block, the last block 1; and whole rows
-    # of 256-384 KB, one a block (the single-row kernel with bounds: registers and shared memory, no L2 part).
+    # of 256-384 KB, one a block (the single-row kernel with bounds: registers and shared memory, no L2 part), also
+    # at 75 % of the SMs; and rows of two 293 KB items.
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     for shape in ((8 * sms - 3, 32768), (8 * (sms - 4), 32768), (4 * sms - 1, 65536), (8 * sms - 8, 32000),
-                  (2 * sms - 1, 100008), (sms, 151936), (sms - 10, 131072)):
+                  (2 * sms - 1, 100008), (sms, 151936), (sms - 10, 131072), (3 * sms // 4, 151936),
+                  (sms // 2, 300000)):
         _run_accuracy("cuda", dtype, "auto", shape, -1, "contiguous")
 
 

@@ -264,17 +264,19 @@ template <typename T> int64_t resident_chunk_elems(int64_t len, int64_t chunks) 
 // The fewest chunks of a row that the resident kernel can hold (its default chunk count).
 int64_t resident_fewest_chunks(int64_t row_bytes) { return ceil_div(row_bytes, kResidentMaxItemBytes); }
 // The chunk count "auto" takes the resident kernel with, or 0: 16-bit rows whose items, at the fewest chunks of
-// <= 512 KB, fill one wave of one block per SM to at least kResidentMinFill of the SMs, with items of more than
-// kResidentMinItemBytes, or whole rows of at least kResidentMinRowBytes. Why these bounds: the kernel was measured on
-// such shapes only, where it beat the dual kernel by 1-3.9 us streamed and by -0.3 to 1.9 us cold (H100 through the
-// op, bf16 and fp16 128x262144, 8x4194304, 64x524288, 4x8388608, 120x262144; NOTES "s55 calls 6-9"), and, on whole
-// rows of 256-384 KB, the pipelined and dual kernels by 6.5-10 us (H200, bf16, us cold / streamed, auto before ->
-// resident: 128x151936 35.1-35.2 / 32.7-32.9 -> 26.4-26.5 / 26.3, 132x152064 36.2-36.4 / 32.9 -> 27.8-28.1 /
-// 26.3-26.5, 120x163840 37.2-37.4 / 34.2-34.3 -> 27.1-27.5 / 26.7-26.8, 128x131080 31.9-32.1 / 29.6 -> 24.0 /
-// 23.1-23.2; NOTES "s65 call 5"); smaller tensors keep the kernels measured there.
-constexpr int64_t kResidentMinItemBytes = 384 * 1024;
-constexpr int64_t kResidentMinRowBytes = 256 * 1024;
-constexpr double kResidentMinFill = 0.9;
+// <= 512 KB, fill one wave of one block per SM to at least kResidentMinChunkFill of the SMs, with items of at least
+// kResidentMinItemBytes. Why these bounds: the kernel beat the dual kernel by 1-3.9 us streamed and by -0.3 to 1.9 us
+// cold on items of 512 KB filling the SMs (H100 through the op, bf16 and fp16 128x262144, 8x4194304, 64x524288,
+// 4x8388608, 120x262144; NOTES "s55 calls 6-9"), and the pipelined and dual kernels by 6.5-10 us on whole rows of
+// 256-384 KB (H200, bf16, us cold / streamed, auto before -> resident: 128x151936 35.1-35.2 / 32.7-32.9 -> 26.4-26.5
+// / 26.3, 132x152064 36.2-36.4 / 32.9 -> 27.8-28.1 / 26.3-26.5, 120x163840 37.2-37.4 / 34.2-34.3 -> 27.1-27.5 /
+// 26.7-26.8, 128x131080 31.9-32.1 / 29.6 -> 24.0 / 23.1-23.2; NOTES "s65 call 5"), by 5-8 us on split rows with
+// items of 256-384 KB (64x300000 35.1-35.4 / 32.8-32.9 -> 27.4 / 27.5, 66x280000 34.2-34.5 / 30.5-30.6 -> 27.2-27.3 /
+// 26.9-27.0) and below one wave (96x151936 29.8-30.0 / 26.8 -> 24.5 / 22.8-22.9; at 48 %, 64x151936 21.5-21.6 /
+// 20.0 -> 20.5-20.7 / 15.9-16.1; "s65 call 7"); smaller items keep the kernels measured there.
+constexpr int64_t kResidentMinItemBytes = 256 * 1024;
+constexpr double kResidentMinChunkFill = 0.7;
+constexpr double kResidentMinFill = 0.9;  // the teams' blocks
 template <typename T> int64_t resident_chunks(const RowsShape& s) {
   // (and a device whose opt-in shared memory holds the longest item's pieces next to the static arrays)
   if (!s.resident || s.smem_optin < kResidentMaxSmemBytes + 1024) return 0;
@@ -282,8 +284,7 @@ template <typename T> int64_t resident_chunks(const RowsShape& s) {
   const int64_t chunk_elems = resident_chunk_elems<T>(s.len, chunks);
   const int64_t items = s.rows * ceil_div(s.len, chunk_elems);
   const int64_t item_bytes = chunk_elems * static_cast<int64_t>(sizeof(T));
-  if (items > s.sms || items < kResidentMinFill * s.sms) return 0;
-  if (item_bytes <= kResidentMinItemBytes && !(chunks == 1 && s.row_bytes >= kResidentMinRowBytes)) return 0;
+  if (items > s.sms || items < kResidentMinChunkFill * s.sms || item_bytes < kResidentMinItemBytes) return 0;
   return chunks;
 }
 
@@ -354,7 +355,7 @@ bool unaligned_pipe_rows(const SoftmaxProblem& p, const RowsShape& s) {
 // 16-bit 80-128 KB), else the pipelined kernel (0.), whole or split into chunks (pipe_chunks), one or two
 // blocks per SM, except many 16-bit whole rows of <= 64 KB (2b.); logsumexp there takes the streaming reduce
 // (4.) instead; 16-bit softmax / log_softmax tensors that one wave of blocks holds whole take the resident kernel
-// before both (resident_chunks: items of > 384 KB or whole rows of >= 256 KB, one a block; resident_teams: whole rows
+// before both (resident_chunks: items of >= 256 KB, one a block, >= 70 % of the SMs; resident_teams: whole rows
 // of 384-512 KB / teams, 2, 4 or 8 a block). Unaligned rows on the output's grid take the pipelined kernel where
 // unaligned_pipe_rows says.
 // FAE_SOFTMAX_CONFIG (softmax_plan.h) replaces this choice for benchmarks.

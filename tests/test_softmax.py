@@ -1,6 +1,7 @@
 """softmax / log_softmax / logsumexp: accuracy against fp64, torch parity on special values, edge shapes,
 argument errors, autograd guard, opcheck, torch.compile, and (CUDA) graphs, streams, 64-bit sizes."""
 import math
+import re
 
 import pytest
 import torch
@@ -868,6 +869,38 @@ def test_resident_whole_rows_cuda(dtype):
                   (2 * sms - 1, 100008), (sms, 151936), (sms - 10, 131072), (3 * sms // 4, 151936),
                   (sms // 2, 300000)):
         _run_accuracy("cuda", dtype, "auto", shape, -1, "contiguous")
+
+
+RESIDENT_ROUTING_CHECK = """
+import torch
+import flash_attn_ext as fae
+for shape in SHAPES:
+    fae.softmax(torch.randn(*shape, device="cuda", dtype=torch.bfloat16), -1)
+torch.cuda.synchronize()
+print("checked")
+"""
+
+
+@pytest.mark.cuda
+@requires_cuda
+def test_resident_routing_cuda():
+    # Which kernel "auto" takes (FAE_SOFTMAX_LOG_PLAN prints each row call's plan): the shapes of
+    # test_resident_whole_rows_cuda, each on the resident kernel with its teams (rows=N) or its chunks.
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    if torch.cuda.get_device_capability() < (9, 0) or sms < 100:
+        pytest.skip("the resident kernel's rules are written for sm_90 parts of 100 SMs or more")
+    expected = {(8 * sms - 3, 32768): "chunks=1,.*rows=8", (8 * (sms - 4), 32768): "chunks=1,.*rows=8",
+                (4 * sms - 1, 65536): "chunks=1,.*rows=4", (8 * sms - 8, 32000): "chunks=1,.*rows=8",
+                (2 * sms - 1, 100008): "chunks=1,.*rows=2", (sms, 151936): "chunks=1,.*rows=0",
+                (sms - 10, 131072): "chunks=1,.*rows=0", (3 * sms // 4, 151936): "chunks=1,.*rows=0",
+                (sms // 2, 300000): "chunks=2,.*rows=0"}
+    code = RESIDENT_ROUTING_CHECK.replace("SHAPES", repr(list(expected)))
+    child = run_in_fresh_python(code, timeout=None, FAE_SOFTMAX_LOG_PLAN="1")
+    assert child.returncode == 0 and "checked" in child.stdout, child.stderr[-3000:]
+    plans = [line for line in child.stderr.splitlines() if line.startswith("flash_attn_ext softmax plan:")]
+    assert len(plans) == len(expected), child.stderr[-3000:]
+    for (rows, cols), pattern, line in zip(expected, expected.values(), plans):
+        assert re.search(rf"plan: {rows}x{cols} kind=resident,.*{pattern}$", line), line
 
 
 @pytest.mark.cuda

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdio>
 #include <optional>
 #include <type_traits>
 
@@ -842,7 +843,12 @@ template <typename T> void softmax_cuda_typed(const SoftmaxProblem& p, cudaStrea
   s.dual = s.aligned && dual_supported<T>();
   if constexpr (sizeof(T) == 2) s.resident = s.aligned && resident_supported<T>();
   const RowsPlan* forced = forced_rows_plan();
-  launch_plan<T>(p, s, forced != nullptr ? *forced : heuristic_plan<T>(p, s), stream);
+  const RowsPlan plan = forced != nullptr ? *forced : heuristic_plan<T>(p, s);
+  if (log_rows_plans()) {
+    std::fprintf(stderr, "flash_attn_ext softmax plan: %lldx%lld %s\n", static_cast<long long>(s.rows),
+                 static_cast<long long>(s.len), describe(plan).c_str());
+  }
+  launch_plan<T>(p, s, plan, stream);
 }
 
 }  // namespace

@@ -88,6 +88,14 @@ const RowsPlan* forced_rows_plan() {
   return plan;
 }
 
+bool log_rows_plans() {
+  static const bool on = [] {
+    const char* env = std::getenv("FAE_SOFTMAX_LOG_PLAN");
+    return env != nullptr && std::string(env) == "1";
+  }();
+  return on;
+}
+
 std::string describe(const RowsPlan& p) {
   static const char* kKinds[] = {"warp", "block", "split", "stream", "pipe", "dual", "resident"};
   std::ostringstream s;

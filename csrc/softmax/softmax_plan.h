@@ -35,6 +35,9 @@
 //   rows     resident: whole rows per block, one per team of threads (0 or 1: one item, a row or a chunk of one,
 //            per chunks; 2, 4 or 8: rows of at most 512 KB / rows, chunks 0 or 1)
 // A forced configuration that is not compiled or does not fit the shape is an error, never a fallback.
+//
+// Test hook (not an API): FAE_SOFTMAX_LOG_PLAN=1, read once per process, prints every CUDA row call's plan to
+// stderr, "flash_attn_ext softmax plan: <rows>x<len> kind=...", so tests can check which kernel "auto" took.
 #include <string>
 
 namespace flash_attn_ext {
@@ -65,6 +68,8 @@ RowsPlan parse_rows_plan(const std::string& text);
 const RowsPlan* forced_rows_plan();
 // "kind=block,lanes=0,vpt=8,..." (for error messages).
 std::string describe(const RowsPlan& plan);
+// Whether FAE_SOFTMAX_LOG_PLAN is set to 1. Read on the first call only.
+bool log_rows_plans();
 
 }  // namespace softmax
 }  // namespace flash_attn_ext

@@ -853,6 +853,19 @@ def test_forced_resident_teams_cuda(config):
     assert child.returncode == 0 and "checked" in child.stdout, child.stderr[-3000:]
 
 
+def _resident_shapes():
+    # {shape: the plan "auto" takes on sm_90 parts of >= 100 SMs}, for test_resident_whole_rows_cuda and
+    # test_resident_routing_cuda; teams (rows=2, 4, 8) or sms / rows chunks (rows=0).
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    teams = {(8 * sms - 3, 32768): 8, (8 * (sms - 4), 32768): 8, (4 * sms - 1, 65536): 4, (8 * sms - 8, 32000): 8,
+             (2 * sms - 1, 100008): 2}
+    chunks = ((sms, 151936), (sms - 10, 131072), (3 * sms // 4, 151936), (sms - 4, 32768), (sms // 2, 300000),
+              (sms // 2 - 6, 151936), (sms // 3, 151936), (5, 4194304), (1, 8388608))
+    plans = {shape: f"chunks=1,.*rows={t}" for shape, t in teams.items()}
+    plans.update({(r, c): f"chunks={sms // r},.*rows=0" for r, c in chunks})
+    return plans
+
+
 @pytest.mark.cuda
 @requires_cuda
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
@@ -861,13 +874,11 @@ def test_resident_whole_rows_cuda(dtype):
     # with fewer SMs some shapes take other kernels): on sm_90 "auto" takes it (softmax_cuda.cu: resident_teams, and
     # resident_chunks for the rows of 256-384 KB) for 64 KB rows 8 a block, the last block 5 (the instantiation
     # bounded on the L2 part, OnChip) or 8 a block exactly (Whole), 128 KB rows 4 a block, the last block 3, and
-    # rows that fill a team in part (OnChip): 62.5 KB 8 a block, 195 KB 2 a block, the last block 1; and whole rows
-    # of 256-384 KB, one a block (the single-row kernel with bounds: registers and shared memory, no L2 part), also
-    # at 75 % of the SMs; and rows of two 293 KB items.
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    for shape in ((8 * sms - 3, 32768), (8 * (sms - 4), 32768), (4 * sms - 1, 65536), (8 * sms - 8, 32000),
-                  (2 * sms - 1, 100008), (sms, 151936), (sms - 10, 131072), (3 * sms // 4, 151936),
-                  (sms // 2, 300000)):
+    # rows that fill a team in part (OnChip): 62.5 KB 8 a block, 195 KB 2 a block, the last block 1; and
+    # resident_chunks' sms / rows items a row, one a block: whole rows of 64-384 KB (the single-row kernel with
+    # bounds: registers and shared memory, no L2 part), also at 75 % of the SMs, and rows cut into 2, 3, sms / 5 or
+    # sms items of 96-512 KB, the last item of a row shorter.
+    for shape in _resident_shapes():
         _run_accuracy("cuda", dtype, "auto", shape, -1, "contiguous")
 
 
@@ -889,11 +900,7 @@ def test_resident_routing_cuda():
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     if torch.cuda.get_device_capability() < (9, 0) or sms < 100:
         pytest.skip("the resident kernel's rules are written for sm_90 parts of 100 SMs or more")
-    expected = {(8 * sms - 3, 32768): "chunks=1,.*rows=8", (8 * (sms - 4), 32768): "chunks=1,.*rows=8",
-                (4 * sms - 1, 65536): "chunks=1,.*rows=4", (8 * sms - 8, 32000): "chunks=1,.*rows=8",
-                (2 * sms - 1, 100008): "chunks=1,.*rows=2", (sms, 151936): "chunks=1,.*rows=0",
-                (sms - 10, 131072): "chunks=1,.*rows=0", (3 * sms // 4, 151936): "chunks=1,.*rows=0",
-                (sms // 2, 300000): "chunks=2,.*rows=0"}
+    expected = _resident_shapes()
     code = RESIDENT_ROUTING_CHECK.replace("SHAPES", repr(list(expected)))
     child = run_in_fresh_python(code, timeout=None, FAE_SOFTMAX_LOG_PLAN="1")
     assert child.returncode == 0 and "checked" in child.stdout, child.stderr[-3000:]

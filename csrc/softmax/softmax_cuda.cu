@@ -264,29 +264,28 @@ template <typename T> int64_t resident_chunk_elems(int64_t len, int64_t chunks) 
 }
 // The fewest chunks of a row that the resident kernel can hold (its default chunk count).
 int64_t resident_fewest_chunks(int64_t row_bytes) { return ceil_div(row_bytes, kResidentMaxItemBytes); }
-// The chunk count "auto" takes the resident kernel with, or 0: 16-bit rows whose items, at the fewest chunks of
-// <= 512 KB, fill one wave of one block per SM to at least kResidentMinChunkFill of the SMs, with items of at least
-// kResidentMinItemBytes. Why these bounds: the kernel beat the dual kernel by 1-3.9 us streamed and by -0.3 to 1.9 us
-// cold on items of 512 KB filling the SMs (H100 through the op, bf16 and fp16 128x262144, 8x4194304, 64x524288,
-// 4x8388608, 120x262144; NOTES "s55 calls 6-9"), and the pipelined and dual kernels by 6.5-10 us on whole rows of
-// 256-384 KB (H200, bf16, us cold / streamed, auto before -> resident: 128x151936 35.1-35.2 / 32.7-32.9 -> 26.4-26.5
-// / 26.3, 132x152064 36.2-36.4 / 32.9 -> 27.8-28.1 / 26.3-26.5, 120x163840 37.2-37.4 / 34.2-34.3 -> 27.1-27.5 /
-// 26.7-26.8, 128x131080 31.9-32.1 / 29.6 -> 24.0 / 23.1-23.2; NOTES "s65 call 5"), by 5-8 us on split rows with
-// items of 256-384 KB (64x300000 35.1-35.4 / 32.8-32.9 -> 27.4 / 27.5, 66x280000 34.2-34.5 / 30.5-30.6 -> 27.2-27.3 /
-// 26.9-27.0) and below one wave (96x151936 29.8-30.0 / 26.8 -> 24.5 / 22.8-22.9; at 48 %, 64x151936 21.5-21.6 /
-// 20.0 -> 20.5-20.7 / 15.9-16.1; "s65 call 7"); smaller items keep the kernels measured there.
-constexpr int64_t kResidentMinItemBytes = 256 * 1024;
-constexpr double kResidentMinChunkFill = 0.7;
-constexpr double kResidentMinFill = 0.9;  // the teams' blocks
+// The chunk count "auto" takes the resident kernel with, or 0: 16-bit rows, at most one wave of them, cut into
+// sms / rows chunks so that the items (one a block, one block per SM) fill the SMs, where that leaves items of at
+// most 512 KB and at least kResidentMinRowBytes (whole rows) or kResidentMinChunkBytes (split rows). Why: the kernel
+// keeps each item on chip between its two passes; the pipelined, dual and split kernels read it twice or stage it
+// in phases. Measured (H200, bf16, us cold / streamed, auto before -> resident; NOTES "s65 call 5", "s65 call 7",
+// "s66 calls 1-4"): whole rows 128x151936 35.1 / 32.8 -> 26.5 / 26.3, 128x65536 16.3 / 15.8 -> 15.3 / 13.3,
+// 128x32768 12.5 / 10.9 -> 12.1 / 9.0, 66x151936 21.2 / 20.0 -> 20.6 / 15.6; split rows 64x300000 35.5 / 33.0 ->
+// 27.6 / 27.3, 60x151936 21.3 / 20.0 -> 17.8 / 15.7 (2 chunks), 40x151936 15.6 / 13.5 -> 15.4 / 12.5 (3),
+// 5x4194304 41.6 / 40.0 -> 30.2 / 30.3 (26), 4x4194304 26.5 / 25.9 -> 24.8 / 24.2 (32), 1x8388608 19.2 / 17.5 ->
+// 17.6 / 16.0 (128), 7x4194304 54.5 / 55.8 -> 39.8 / 40.1 (18; 38.8 / 39.5 at the fewest, 16). Smaller items
+// lost or tied: 64x65536 at 2 chunks (64 KB) 12.1 / 10.1 -> 13.5 / 10.5, 20x151936 at 6 (50 KB) 12.8 / 9.7 ->
+// 13.1 / 9.4; so did the fewest chunks below the SMs, 4x4194304 at 16: 26.3 / 25.8 -> 30.7 / 29.4.
+constexpr int64_t kResidentMinRowBytes = 64 * 1024;
+constexpr int64_t kResidentMinChunkBytes = 96 * 1024;
+constexpr double kResidentMinFill = 0.9;  // the teams' blocks (resident_teams)
 template <typename T> int64_t resident_chunks(const RowsShape& s) {
   // (and a device whose opt-in shared memory holds the longest item's pieces next to the static arrays)
-  if (!s.resident || s.smem_optin < kResidentMaxSmemBytes + 1024) return 0;
-  const int64_t chunks = resident_fewest_chunks(s.row_bytes);
-  const int64_t chunk_elems = resident_chunk_elems<T>(s.len, chunks);
-  const int64_t items = s.rows * ceil_div(s.len, chunk_elems);
-  const int64_t item_bytes = chunk_elems * static_cast<int64_t>(sizeof(T));
-  if (items > s.sms || items < kResidentMinChunkFill * s.sms || item_bytes < kResidentMinItemBytes) return 0;
-  return chunks;
+  if (!s.resident || s.smem_optin < kResidentMaxSmemBytes + 1024 || s.rows > s.sms) return 0;
+  const int64_t chunks = s.sms / s.rows;
+  if (chunks < resident_fewest_chunks(s.row_bytes)) return 0;
+  const int64_t item_bytes = std::min(resident_chunk_elems<T>(s.len, chunks), s.len) * int64_t(sizeof(T));
+  return item_bytes >= (chunks == 1 ? kResidentMinRowBytes : kResidentMinChunkBytes) ? chunks : 0;
 }
 
 // The whole rows per block (teams) "auto" takes the resident kernel with, or 0: 16-bit rows that fill a team's
@@ -356,9 +355,9 @@ bool unaligned_pipe_rows(const SoftmaxProblem& p, const RowsShape& s) {
 // 16-bit 80-128 KB), else the pipelined kernel (0.), whole or split into chunks (pipe_chunks), one or two
 // blocks per SM, except many 16-bit whole rows of <= 64 KB (2b.); logsumexp there takes the streaming reduce
 // (4.) instead; 16-bit softmax / log_softmax tensors that one wave of blocks holds whole take the resident kernel
-// before both (resident_chunks: items of >= 256 KB, one a block, >= 70 % of the SMs; resident_teams: whole rows
-// of 384-512 KB / teams, 2, 4 or 8 a block). Unaligned rows on the output's grid take the pipelined kernel where
-// unaligned_pipe_rows says.
+// before both (resident_chunks: sms / rows items a row, whole rows of >= 64 KB or chunks of 96-512 KB, one a
+// block; resident_teams: whole rows of 384-512 KB / teams, 2, 4 or 8 a block). Unaligned rows on the output's
+// grid take the pipelined kernel where unaligned_pipe_rows says.
 // FAE_SOFTMAX_CONFIG (softmax_plan.h) replaces this choice for benchmarks.
 template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const RowsShape& s) {
   using Traits = RowsTraits<T>;

@@ -760,7 +760,6 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
         if (plan.rows != 2 && plan.rows != 4 && plan.rows != 8) fail("rows must be 0, 1, 2, 4 or 8");
         if (plan.chunks > 1) fail("rows > 1 holds whole rows: chunks must be 0 or 1");
         if (plan.rows * s.row_bytes > kResidentMaxItemBytes) fail("rows of more than 512 KB / rows");
-        if (ceil_div(s.rows, int64_t(plan.rows)) > s.sms) fail("more blocks than SMs (one resident block per SM)");
         PipeParams<T> pp{x, y, s.rows, s.len, s.len, 1, 0, 0, p.output, {}};
         pp.teams = plan.rows;
         if (resident_rows_blocks_per_sm<T>(pp) < 1) fail("the block cannot be resident");
@@ -774,7 +773,7 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
       pp.chunk_elems = resident_chunk_elems<T>(s.len, plan.chunks);
       if (pp.chunk_elems * static_cast<int64_t>(sizeof(T)) > kResidentMaxItemBytes) fail("chunks of more than 512 KB");
       pp.chunks = static_cast<int>(ceil_div(s.len, pp.chunk_elems));  // rounding may leave fewer chunks
-      if (s.rows * pp.chunks > s.sms) fail("more items than SMs (one resident block per SM holds each)");
+      if (pp.chunks > 1 && s.rows * pp.chunks > s.sms) fail("more items than SMs (one resident block per SM holds each)");
       if (resident_rows_blocks_per_sm<T>(pp) < 1) fail("the block cannot be resident");
       const auto work = split_workspace<T>(pp, p.x, s.rows, pp.chunks, stream);
       launch_resident_rows<T>(pp, stream);

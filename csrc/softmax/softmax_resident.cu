@@ -80,7 +80,7 @@ template <typename T> void launch_resident_rows(const PipeParams<T>& p, cudaStre
   const size_t smem = resident_smem_bytes(p);
   allow_dynamic_smem(kernel, smem);
   const int64_t items = p.teams > 1 ? (p.rows + p.teams - 1) / p.teams : p.rows * p.chunks;
-  launch_kernel(kernel, static_cast<int>(items), resident::kThreads, smem, stream, LaunchKind::Cooperative, p);
+  launch_kernel(kernel, static_cast<int>(items), resident::kThreads, smem, stream, p.chunks > 1 ? LaunchKind::Cooperative : LaunchKind::Plain, p);
 }
 
 #define FAE_INSTANTIATE_RESIDENT(T)                          \

@@ -858,11 +858,13 @@ def _resident_shapes():
     # test_resident_routing_cuda; teams (rows=2, 4, 8) or sms / rows chunks (rows=0).
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     teams = {(8 * sms - 3, 32768): 8, (8 * (sms - 4), 32768): 8, (4 * sms - 1, 65536): 4, (8 * sms - 8, 32000): 8,
-             (2 * sms - 1, 100008): 2}
+             (2 * sms - 1, 100008): 2, (16 * sms + 5, 32768): 8, (4 * sms + 2, 50000): 4, (6 * sms - 1, 110000): 2}
     chunks = ((sms, 151936), (sms - 10, 131072), (3 * sms // 4, 151936), (sms - 4, 32768), (sms // 2, 300000),
               (sms // 2 - 6, 151936), (sms // 3, 151936), (5, 4194304), (1, 8388608))
+    waves = ((sms + 1, 151936), (2 * sms + 7, 200000), (3 * sms - 5, 262144))
     plans = {shape: f"chunks=1,.*rows={t}" for shape, t in teams.items()}
     plans.update({(r, c): f"chunks={sms // r},.*rows=0" for r, c in chunks})
+    plans.update({shape: "chunks=1,.*rows=0" for shape in waves})
     return plans
 
 
@@ -870,14 +872,15 @@ def _resident_shapes():
 @requires_cuda
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 def test_resident_whole_rows_cuda(dtype):
-    # 16-bit rows that fill one wave of the resident kernel with whole rows per block (on an H100 / H200's 132 SMs;
-    # with fewer SMs some shapes take other kernels): on sm_90 "auto" takes it (softmax_cuda.cu: resident_teams, and
+    # 16-bit rows that fill one wave or more of the resident kernel (on an H100 / H200's 132 SMs; with fewer SMs
+    # some shapes take other kernels): on sm_90 "auto" takes it (softmax_cuda.cu: resident_teams, and
     # resident_chunks for the rows of 256-384 KB) for 64 KB rows 8 a block, the last block 5 (the instantiation
     # bounded on the L2 part, OnChip) or 8 a block exactly (Whole), 128 KB rows 4 a block, the last block 3, and
     # rows that fill a team in part (OnChip): 62.5 KB 8 a block, 195 KB 2 a block, the last block 1; and
     # resident_chunks' sms / rows items a row, one a block: whole rows of 64-384 KB (the single-row kernel with
     # bounds: registers and shared memory, no L2 part), also at 75 % of the SMs, and rows cut into 2, 3, sms / 5 or
-    # sms items of 96-512 KB, the last item of a row shorter.
+    # sms items of 96-512 KB, the last item of a row shorter; and beyond one wave (a plain launch), teams of 8, 4
+    # and 2 and whole rows of 297-512 KB, one a block, the last wave part-filled.
     for shape in _resident_shapes():
         _run_accuracy("cuda", dtype, "auto", shape, -1, "contiguous")
 
@@ -916,9 +919,8 @@ def test_resident_routing_cuda():
     ("kind=resident,rows=3", "torch.randn(64, 4096, device='cuda', dtype=torch.bfloat16)", "rows must be"),
     ("kind=resident,rows=8", "torch.randn(64, 40000, device='cuda', dtype=torch.bfloat16)", "512 KB / rows"),
     ("kind=resident,rows=2,chunks=2", "torch.randn(64, 4096, device='cuda', dtype=torch.bfloat16)", "whole rows"),
-    ("kind=resident,rows=2", "torch.randn(1000, 4096, device='cuda', dtype=torch.bfloat16)", "more blocks than SMs"),
     ("kind=resident", "torch.randn(64, 4096, device='cuda')", "16-bit"),
-    ("kind=resident", "torch.randn(200, 4096, device='cuda', dtype=torch.bfloat16)", "more items than SMs"),
+    ("kind=resident,chunks=2", "torch.randn(200, 4096, device='cuda', dtype=torch.bfloat16)", "more items than SMs"),
     ("kind=resident,chunks=1", "torch.randn(2, 1_048_576, device='cuda', dtype=torch.bfloat16)",
      "chunks of more than 512 KB")])
 def test_forced_resident_errors_cuda(config, code, message):

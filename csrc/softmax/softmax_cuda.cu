@@ -276,12 +276,22 @@ int64_t resident_fewest_chunks(int64_t row_bytes) { return ceil_div(row_bytes, k
 // 17.6 / 16.0 (128), 7x4194304 54.5 / 55.8 -> 39.8 / 40.1 (18; 38.8 / 39.5 at the fewest, 16). Smaller items
 // lost or tied: 64x65536 at 2 chunks (64 KB) 12.1 / 10.1 -> 13.5 / 10.5, 20x151936 at 6 (50 KB) 12.8 / 9.7 ->
 // 13.1 / 9.4; so did the fewest chunks below the SMs, 4x4194304 at 16: 26.3 / 25.8 -> 30.7 / 29.4.
+// Rows beyond one wave: whole rows of more than kResidentMinWavesRowBytes (shorter ones take teams), one a block,
+// wave after wave (a plain launch: a whole row waits on no other block). The blocks of successive waves drift
+// apart, so one SM's reads overlap another's stores. Bf16, us cold / streamed, auto (pipelined or dual) ->
+// resident ("s66 call 6"): 200x151936 52.1-53.2 / 50.0-50.2 -> 44.9 / 41.0, 264x151936 57.7-58.7 / 56.1-56.3 ->
+// 51.1-51.4 / 47.6-47.8, 528x151936 113.0-113.5 / 112.4 -> 96.1-96.2 / 93.1-93.4, 1024x151936 213.1-213.5 /
+// 211.8-212.9 -> 169.5-169.6 / 166.7-167.9, 256x200000 75.2-76.9 / 73.1-73.7 -> 61.8-61.9 / 59.6.
 constexpr int64_t kResidentMinRowBytes = 64 * 1024;
 constexpr int64_t kResidentMinChunkBytes = 96 * 1024;
+constexpr int64_t kResidentMinWavesRowBytes = 256 * 1024;
 constexpr double kResidentMinFill = 0.9;  // the teams' blocks (resident_teams)
 template <typename T> int64_t resident_chunks(const RowsShape& s) {
   // (and a device whose opt-in shared memory holds the longest item's pieces next to the static arrays)
-  if (!s.resident || s.smem_optin < kResidentMaxSmemBytes + 1024 || s.rows > s.sms) return 0;
+  if (!s.resident || s.smem_optin < kResidentMaxSmemBytes + 1024) return 0;
+  if (s.rows > s.sms) {
+    return s.row_bytes > kResidentMinWavesRowBytes && s.row_bytes <= kResidentMaxItemBytes ? 1 : 0;
+  }
   const int64_t chunks = s.sms / s.rows;
   if (chunks < resident_fewest_chunks(s.row_bytes)) return 0;
   const int64_t item_bytes = std::min(resident_chunk_elems<T>(s.len, chunks), s.len) * int64_t(sizeof(T));
@@ -289,24 +299,27 @@ template <typename T> int64_t resident_chunks(const RowsShape& s) {
 }
 
 // The whole rows per block (teams) "auto" takes the resident kernel with, or 0: 16-bit rows that fill a team's
-// registers and shared memory, 384-512 KB / teams (2, 4 or 8 teams: rows of 96-128, 48-64 or 24-32 K elements),
-// whose blocks fill one wave as resident_chunks' items do. Why: the pipelined and dual kernels those rows took
-// otherwise fold and store in the same phases on every SM (see softmax_resident.cuh). H200, bf16, us cold /
-// streamed, pipelined or dual -> teams: rows of exactly 512 KB / teams (NOTES "s64 call 6") 1024x32768 43.1-43.5 /
-// 42.7-42.8 -> 40.8 / 41.2-41.3, 1000x32768 42.5 / 42.2-42.3 -> 41.2-41.3 / 40.4-40.7, 512x65536 44.1-44.3 /
+// registers and shared memory, 384-512 KB / teams (2, 4 or 8 teams: rows of 96-128, 48-64 or 24-32 K elements), whose
+// blocks fill at least kResidentMinFill of one wave, or several waves (as resident_chunks' whole rows). Why: the
+// pipelined and dual kernels those rows took otherwise fold and store in the same phases on every SM (see
+// softmax_resident.cuh). H200, bf16, us cold / streamed, pipelined or dual -> teams: rows of exactly 512 KB /
+// teams (NOTES "s64 call 6") 1024x32768 43.1-43.5 / 42.7-42.8 -> 40.8 / 41.2-41.3, 1000x32768 42.5 / 42.2-42.3 -> 41.2-41.3 / 40.4-40.7, 512x65536 44.1-44.3 /
 // 42.4-42.8 -> 40.6-40.8 / 40.8-40.9, 256x131072 46.4-46.7 / 44.7-45.0 -> 39.9-40.3 / 40.2-40.3; shorter rows on
 // the OnChip instantiation ("s65 call 2") 264x128256 46.6-46.9 / 44.4-44.9 -> 42.1-42.3 / 42.7-43.1, 256x128000
 // 45.2-45.3 / 44.1 -> 42.1-42.7 / 42.2, 512x50176 36.4 / 35.2 -> 35.3-35.4 / 35.0, 528x64000 43.7-43.9 / 42.8-43.0
 // -> 42.8-42.9 / 43.4-43.6, 1024x32000 42.2 / 42.9-43.0 -> 42.0 / 42.4-42.6, 1056x32000 42.8-43.5 / 43.4-43.9 ->
 // 43.1-43.4 / 43.2-43.3. Rows below 384 KB / teams would take the instantiation with every part bounded, which
-// spills and lost (1056x32000 on it: 44.6-44.9 / 45.2-45.3, "s64 call 6").
+// spills and lost (1056x32000 on it: 44.6-44.9 / 45.2-45.3, "s64 call 6"). Several waves ("s66 call 6"):
+// 2112x32768 8 a block 90.2-90.5 / 89.5-89.6 -> 82.9-83.3 / 83.3-83.8, 4096x32768 164.2-164.3 / 163.7-165.6 ->
+// 157.9 / 166.7-167.8 (the one loss, streamed), 1024x65536 4 a block 85.9-86.0 / 86.0-87.4 -> 80.1 / 80.3-80.6,
+// 1024x100000 2 a block 145.6-145.8 / 143.9-144.7 -> 126.5-127.6 / 127.2-127.7.
 template <typename T> int64_t resident_teams(const RowsShape& s) {
   // (and a device whose opt-in shared memory holds the pieces next to 8 teams' barriers and the scratch, ~1.2 KB)
   if (!s.resident || s.smem_optin < kResidentMaxSmemBytes + 2048) return 0;
   for (const int64_t teams : {2, 4, 8}) {
     if (s.row_bytes * teams > kResidentMaxItemBytes || s.row_bytes * teams < kResidentOnChipItemBytes) continue;
     const int64_t items = ceil_div(s.rows, teams);
-    return items <= s.sms && items >= kResidentMinFill * s.sms ? teams : 0;
+    return items >= kResidentMinFill * s.sms ? teams : 0;
   }
   return 0;
 }
@@ -354,9 +367,10 @@ bool unaligned_pipe_rows(const SoftmaxProblem& p, const RowsShape& s) {
 // rows split over two or more rounds of items and for whole rows where rows fill the SMs (fp32 up to 192 KB,
 // 16-bit 80-128 KB), else the pipelined kernel (0.), whole or split into chunks (pipe_chunks), one or two
 // blocks per SM, except many 16-bit whole rows of <= 64 KB (2b.); logsumexp there takes the streaming reduce
-// (4.) instead; 16-bit softmax / log_softmax tensors that one wave of blocks holds whole take the resident kernel
-// before both (resident_chunks: sms / rows items a row, whole rows of >= 64 KB or chunks of 96-512 KB, one a
-// block; resident_teams: whole rows of 384-512 KB / teams, 2, 4 or 8 a block). Unaligned rows on the output's
+// (4.) instead; 16-bit softmax / log_softmax tensors whose items the resident kernel holds take it before both
+// (resident_chunks: up to one wave of rows in sms / rows items a row, whole rows of >= 64 KB or chunks of 96-512
+// KB, and beyond a wave whole rows of 256-512 KB, one a block; resident_teams: whole rows of 384-512 KB / teams,
+// 2, 4 or 8 a block). Unaligned rows on the output's
 // grid take the pipelined kernel where unaligned_pipe_rows says.
 // FAE_SOFTMAX_CONFIG (softmax_plan.h) replaces this choice for benchmarks.
 template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const RowsShape& s) {
@@ -428,7 +442,7 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
       plan.steps = stream_steps_per_chunk<T>(s.len);
       return plan;
     }
-    // 0. Resident (sm_90+, 16-bit, aligned): tensors that one wave of blocks holds whole (resident_chunks).
+    // 0. Resident (sm_90+, 16-bit, aligned): items a block holds whole (resident_chunks, resident_teams).
     if (const int64_t chunks = resident_chunks<T>(s); chunks > 0) {
       plan.kind = RowsKind::Resident;
       plan.chunks = static_cast<int>(chunks);
@@ -773,7 +787,7 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
       pp.chunk_elems = resident_chunk_elems<T>(s.len, plan.chunks);
       if (pp.chunk_elems * static_cast<int64_t>(sizeof(T)) > kResidentMaxItemBytes) fail("chunks of more than 512 KB");
       pp.chunks = static_cast<int>(ceil_div(s.len, pp.chunk_elems));  // rounding may leave fewer chunks
-      if (pp.chunks > 1 && s.rows * pp.chunks > s.sms) fail("more items than SMs (one resident block per SM holds each)");
+      if (pp.chunks > 1 && s.rows * pp.chunks > s.sms) fail("split rows with more items than SMs (co-resident)");
       if (resident_rows_blocks_per_sm<T>(pp) < 1) fail("the block cannot be resident");
       const auto work = split_workspace<T>(pp, p.x, s.rows, pp.chunks, stream);
       launch_resident_rows<T>(pp, stream);

@@ -80,7 +80,10 @@ template <typename T> void launch_resident_rows(const PipeParams<T>& p, cudaStre
   const size_t smem = resident_smem_bytes(p);
   allow_dynamic_smem(kernel, smem);
   const int64_t items = p.teams > 1 ? (p.rows + p.teams - 1) / p.teams : p.rows * p.chunks;
-  launch_kernel(kernel, static_cast<int>(items), resident::kThreads, smem, stream, p.chunks > 1 ? LaunchKind::Cooperative : LaunchKind::Plain, p);
+  // Split rows exchange their (m, d) between co-resident blocks; whole rows need no other block and may take
+  // several waves.
+  const LaunchKind kind = p.chunks > 1 ? LaunchKind::Cooperative : LaunchKind::Plain;
+  launch_kernel(kernel, static_cast<int>(items), resident::kThreads, smem, stream, kind, p);
 }
 
 #define FAE_INSTANTIATE_RESIDENT(T)                          \

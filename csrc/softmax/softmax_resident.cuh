@@ -159,9 +159,9 @@ __device__ __forceinline__ OnlineState<float> reduce_team_state(OnlineState<floa
 
 #endif
 
-// Shape: grid = rows * p.chunks items, or ceil(rows / kTeams) for kTeams > 1 (at most one block per SM, all
-// resident: a cooperative launch when p.chunks > 1), block b = item b, kThreads threads, dynamic shared memory: the
-// item's pieces (kMaxPieces at most per team).
+// Shape: grid = rows * p.chunks items, or ceil(rows / kTeams) for kTeams > 1 (one block per SM; split rows all
+// resident, a cooperative launch; whole rows wave after wave, a plain launch), block b = item b, kThreads
+// threads, dynamic shared memory: the item's pieces (kMaxPieces at most per team).
 // Item of nvec vectors: [0, R) registers (thread t: vectors s * kThreads + t), [R, R + S) shared memory (piece k:
 // vectors R + k * kPieceVecs, ...), [R + S, nvec) L2 (thread t: vectors R + S + i * kThreads + t). With kTeams > 1
 // the same for each team's row, with the team's kTeamThreads and kTeamPieceVecs in place of kThreads and kPieceVecs.

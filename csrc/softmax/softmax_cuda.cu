@@ -302,17 +302,17 @@ template <typename T> int64_t resident_chunks(const RowsShape& s) {
 // registers and shared memory, 384-512 KB / teams (2, 4 or 8 teams: rows of 96-128, 48-64 or 24-32 K elements), whose
 // blocks fill at least kResidentMinFill of one wave, or several waves (as resident_chunks' whole rows). Why: the
 // pipelined and dual kernels those rows took otherwise fold and store in the same phases on every SM (see
-// softmax_resident.cuh). H200, bf16, us cold / streamed, pipelined or dual -> teams: rows of exactly 512 KB /
-// teams (NOTES "s64 call 6") 1024x32768 43.1-43.5 / 42.7-42.8 -> 40.8 / 41.2-41.3, 1000x32768 42.5 / 42.2-42.3 -> 41.2-41.3 / 40.4-40.7, 512x65536 44.1-44.3 /
-// 42.4-42.8 -> 40.6-40.8 / 40.8-40.9, 256x131072 46.4-46.7 / 44.7-45.0 -> 39.9-40.3 / 40.2-40.3; shorter rows on
-// the OnChip instantiation ("s65 call 2") 264x128256 46.6-46.9 / 44.4-44.9 -> 42.1-42.3 / 42.7-43.1, 256x128000
-// 45.2-45.3 / 44.1 -> 42.1-42.7 / 42.2, 512x50176 36.4 / 35.2 -> 35.3-35.4 / 35.0, 528x64000 43.7-43.9 / 42.8-43.0
-// -> 42.8-42.9 / 43.4-43.6, 1024x32000 42.2 / 42.9-43.0 -> 42.0 / 42.4-42.6, 1056x32000 42.8-43.5 / 43.4-43.9 ->
-// 43.1-43.4 / 43.2-43.3. Rows below 384 KB / teams would take the instantiation with every part bounded, which
-// spills and lost (1056x32000 on it: 44.6-44.9 / 45.2-45.3, "s64 call 6"). Several waves ("s66 call 6"):
-// 2112x32768 8 a block 90.2-90.5 / 89.5-89.6 -> 82.9-83.3 / 83.3-83.8, 4096x32768 164.2-164.3 / 163.7-165.6 ->
-// 157.9 / 166.7-167.8 (the one loss, streamed), 1024x65536 4 a block 85.9-86.0 / 86.0-87.4 -> 80.1 / 80.3-80.6,
-// 1024x100000 2 a block 145.6-145.8 / 143.9-144.7 -> 126.5-127.6 / 127.2-127.7.
+// softmax_resident.cuh). H200, bf16, us cold / streamed, pipelined or dual -> teams: rows of exactly 512 KB / teams
+// (NOTES "s64 call 6") 1024x32768 43.1-43.5 / 42.7-42.8 -> 40.8 / 41.2-41.3, 1000x32768 42.5 / 42.2-42.3 -> 41.2-41.3 /
+// 40.4-40.7, 512x65536 44.1-44.3 / 42.4-42.8 -> 40.6-40.8 / 40.8-40.9, 256x131072 46.4-46.7 / 44.7-45.0 -> 39.9-40.3 /
+// 40.2-40.3; shorter rows on the OnChip instantiation ("s65 call 2") 264x128256 46.6-46.9 / 44.4-44.9 -> 42.1-42.3 /
+// 42.7-43.1, 256x128000 45.2-45.3 / 44.1 -> 42.1-42.7 / 42.2, 512x50176 36.4 / 35.2 -> 35.3-35.4 / 35.0, 528x64000
+// 43.7-43.9 / 42.8-43.0 -> 42.8-42.9 / 43.4-43.6, 1024x32000 42.2 / 42.9-43.0 -> 42.0 / 42.4-42.6, 1056x32000 42.8-43.5
+// / 43.4-43.9 -> 43.1-43.4 / 43.2-43.3. Rows below 384 KB / teams would take the instantiation with every part bounded,
+// which spills and lost (1056x32000 on it: 44.6-44.9 / 45.2-45.3, "s64 call 6"). Several waves ("s66 call 6"):
+// 2112x32768 8 a block 90.2-90.5 / 89.5-89.6 -> 82.9-83.3 / 83.3-83.8, 4096x32768 164.2-164.3 / 163.7-165.6 -> 157.9 /
+// 166.7-167.8 (the one loss, streamed), 1024x65536 4 a block 85.9-86.0 / 86.0-87.4 -> 80.1 / 80.3-80.6, 1024x100000 2 a
+// block 145.6-145.8 / 143.9-144.7 -> 126.5-127.6 / 127.2-127.7.
 template <typename T> int64_t resident_teams(const RowsShape& s) {
   // (and a device whose opt-in shared memory holds the pieces next to 8 teams' barriers and the scratch, ~1.2 KB)
   if (!s.resident || s.smem_optin < kResidentMaxSmemBytes + 2048) return 0;

@@ -147,7 +147,7 @@ struct RowsShape {
   bool pipe;      // the pipelined kernel can run: sm_90+ code for this device, aligned rows or unaligned ones
                   // whose output lies on the input's 16-byte grid (ItemVectors)
   bool dual;      // the dual-role kernel can run (the same conditions)
-  bool resident;  // the resident kernel can run: the same, for 16-bit types
+  bool resident;  // the resident kernel can run: the same, for 16-bit types and fp32 (auto: 16-bit only)
 };
 
 // Pipelined kernel (softmax_pipelined.cuh): 16 KiB ring pieces, as many as the opt-in shared memory holds
@@ -287,8 +287,9 @@ constexpr int64_t kResidentMinChunkBytes = 96 * 1024;
 constexpr int64_t kResidentMinWavesRowBytes = 256 * 1024;
 constexpr double kResidentMinFill = 0.9;  // the teams' blocks (resident_teams)
 template <typename T> int64_t resident_chunks(const RowsShape& s) {
-  // (and a device whose opt-in shared memory holds the longest item's pieces next to the static arrays)
-  if (!s.resident || s.smem_optin < kResidentMaxSmemBytes + 1024) return 0;
+  // (and a device whose opt-in shared memory holds the longest item's pieces next to the static arrays; fp32 runs
+  // the kernel only when forced, unmeasured)
+  if (sizeof(T) != 2 || !s.resident || s.smem_optin < kResidentMaxSmemBytes + 1024) return 0;
   if (s.rows > s.sms) {
     return s.row_bytes > kResidentMinWavesRowBytes && s.row_bytes <= kResidentMaxItemBytes ? 1 : 0;
   }
@@ -315,7 +316,7 @@ template <typename T> int64_t resident_chunks(const RowsShape& s) {
 // block 145.6-145.8 / 143.9-144.7 -> 126.5-127.6 / 127.2-127.7.
 template <typename T> int64_t resident_teams(const RowsShape& s) {
   // (and a device whose opt-in shared memory holds the pieces next to 8 teams' barriers and the scratch, ~1.2 KB)
-  if (!s.resident || s.smem_optin < kResidentMaxSmemBytes + 2048) return 0;
+  if (sizeof(T) != 2 || !s.resident || s.smem_optin < kResidentMaxSmemBytes + 2048) return 0;
   for (const int64_t teams : {2, 4, 8}) {
     if (s.row_bytes * teams > kResidentMaxItemBytes || s.row_bytes * teams < kResidentOnChipItemBytes) continue;
     const int64_t items = ceil_div(s.rows, teams);
@@ -766,9 +767,9 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
   }
 
   if (plan.kind == RowsKind::Resident) {
-    if (!s.resident) fail("the resident kernel needs 16-bit, 16-byte aligned rows and sm_90 code for this device");
+    if (!s.resident) fail("the resident kernel needs 16-bit or fp32, 16-byte aligned rows and sm_90 code");
     if (p.output == SoftmaxOutput::LogSumExp) fail("the resident kernel stores rows: softmax and log_softmax only");
-    if constexpr (sizeof(T) == 2) {
+    if constexpr (sizeof(T) == 2 || std::is_same_v<T, float>) {
       if (plan.rows > 1) {
         if (plan.rows != 2 && plan.rows != 4 && plan.rows != 8) fail("rows must be 0, 1, 2, 4 or 8");
         if (plan.chunks > 1) fail("rows > 1 holds whole rows: chunks must be 0 or 1");
@@ -852,7 +853,7 @@ template <typename T> void softmax_cuda_typed(const SoftmaxProblem& p, cudaStrea
   const bool same_grid = (reinterpret_cast<uintptr_t>(x) & 15) == (reinterpret_cast<uintptr_t>(y) & 15);
   s.pipe = (s.aligned || same_grid) && pipe_supported<T>();
   s.dual = s.aligned && dual_supported<T>();
-  if constexpr (sizeof(T) == 2) s.resident = s.aligned && resident_supported<T>();
+  if constexpr (sizeof(T) == 2 || std::is_same_v<T, float>) s.resident = s.aligned && resident_supported<T>();
   const RowsPlan* forced = forced_rows_plan();
   const RowsPlan plan = forced != nullptr ? *forced : heuristic_plan<T>(p, s);
   if (log_rows_plans()) {

@@ -184,11 +184,11 @@ template <typename T> bool dual_supported();
 template <typename T> int dual_blocks_per_sm(size_t smem_bytes);
 template <typename T> void launch_dual_rows(const PipeParams<T>& p, int grid, cudaStream_t stream);
 
-// Resident kernel (softmax_resident.cuh, sm_90+, 16-bit types, softmax and log_softmax): one block of 512 threads per
-// item (row * chunks + chunk, chunk_elems of at most kResidentMaxItemBytes), one per SM; split rows (chunks > 1) all
-// resident at once (grid = rows * chunks <= SMs, a cooperative launch), whole rows wave after wave. With teams > 1 (2,
-// 4 or 8; chunks == 1, chunk_elems == len): `teams` whole rows of at most kResidentMaxItemBytes / teams a block, grid =
-// ceil(rows / teams). piece_elems and ring_pieces unused.
+// Resident kernel (softmax_resident.cuh, sm_90+, 16-bit types and fp32, softmax and log_softmax): one block of 512
+// threads per item (row * chunks + chunk, chunk_elems of at most kResidentMaxItemBytes), one per SM; split rows (chunks
+// > 1) all resident at once (grid = rows * chunks <= SMs, a cooperative launch), whole rows wave after wave. With teams
+// > 1 (2, 4 or 8; chunks == 1, chunk_elems == len): `teams` whole rows of at most kResidentMaxItemBytes / teams a
+// block, grid = ceil(rows / teams). piece_elems and ring_pieces unused.
 constexpr int64_t kResidentMaxItemBytes = 512 * 1024;
 constexpr size_t kResidentMaxSmemBytes = 224 * 1024;  // the longest item's shared-memory part
 // An item's register and shared-memory parts (the rest goes through L2); a team's row is 1 / teams of it.

@@ -1,5 +1,5 @@
-// Launcher of the resident row kernel (softmax_resident.cuh), instantiated for the 16-bit types, softmax and
-// log_softmax.
+// Launcher of the resident row kernel (softmax_resident.cuh), instantiated for the 16-bit types and fp32, softmax
+// and log_softmax.
 #include <c10/util/Exception.h>
 
 #include <algorithm>
@@ -33,8 +33,9 @@ template <typename T> bool resident_supported() {
 // are 1 / teams of kPieceBytes, and every team has the longest row's count.
 template <typename T> size_t resident_smem_bytes(const PipeParams<T>& p) {
   const int64_t team_threads = resident::kThreads / p.teams, team_piece_vecs = resident::kPieceVecs / p.teams;
+  const int64_t item_vecs = p.chunk_elems * int64_t(sizeof(T)) / 16;
   const int64_t smem_vecs =
-      std::min<int64_t>(std::max<int64_t>(p.chunk_elems / 8 - int64_t(resident::kRegVecs) * team_threads, 0),
+      std::min<int64_t>(std::max<int64_t>(item_vecs - int64_t(resident::kRegVecs) * team_threads, 0),
                         int64_t(resident::kMaxPieces) * team_piece_vecs);
   const int64_t pieces = (smem_vecs + team_piece_vecs - 1) / team_piece_vecs;
   return static_cast<size_t>(pieces * resident::kPieceBytes);
@@ -92,6 +93,7 @@ template <typename T> void launch_resident_rows(const PipeParams<T>& p, cudaStre
   template void launch_resident_rows<T>(const PipeParams<T>&, cudaStream_t);
 FAE_INSTANTIATE_RESIDENT(__half)
 FAE_INSTANTIATE_RESIDENT(__nv_bfloat16)
+FAE_INSTANTIATE_RESIDENT(float)
 #undef FAE_INSTANTIATE_RESIDENT
 
 }  // namespace softmax

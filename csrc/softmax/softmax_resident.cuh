@@ -50,70 +50,99 @@ __device__ __forceinline__ uint4 load16_policy(const uint4* p, uint64_t policy) 
   return v;
 }
 
-// The packed max of N 16-bit vectors (HMNMX2; NaN ignored, as the sum that follows carries it), as a tree: each
-// vector's four words first, so the chain that the sum waits for is N + 2 deep rather than 4 N.
+// The max of N vectors (NaN ignored, as the sum that follows carries it), as a tree: each vector's four words
+// first, so the chain that the sum waits for is N + 2 deep rather than 4 N. 16-bit: packed pairs (HMNMX2).
 template <typename T, int N> __device__ __forceinline__ float packed_max_of(const uint4 (&raw)[N]) {
-  using Pair = std::conditional_t<std::is_same_v<T, __half>, __half2, __nv_bfloat162>;
-  const auto vector_max = [](const uint4& r) {
-    return __hmax2(__hmax2(bit_cast<Pair>(r.x), bit_cast<Pair>(r.y)),
-                   __hmax2(bit_cast<Pair>(r.z), bit_cast<Pair>(r.w)));
-  };
-  Pair mx = vector_max(raw[0]);
+  if constexpr (std::is_same_v<T, float>) {
+    const auto vector_max = [](const uint4& r) {
+      return fmaxf(fmaxf(__uint_as_float(r.x), __uint_as_float(r.y)),
+                   fmaxf(__uint_as_float(r.z), __uint_as_float(r.w)));
+    };
+    float mx = vector_max(raw[0]);
 #pragma unroll
-  for (int s = 1; s < N; ++s) mx = __hmax2(mx, vector_max(raw[s]));
-  return fmaxf(__low2float(mx), __high2float(mx));
+    for (int s = 1; s < N; ++s) mx = fmaxf(mx, vector_max(raw[s]));
+    return mx;
+  } else {
+    using Pair = std::conditional_t<std::is_same_v<T, __half>, __half2, __nv_bfloat162>;
+    const auto vector_max = [](const uint4& r) {
+      return __hmax2(__hmax2(bit_cast<Pair>(r.x), bit_cast<Pair>(r.y)),
+                     __hmax2(bit_cast<Pair>(r.z), bit_cast<Pair>(r.w)));
+    };
+    Pair mx = vector_max(raw[0]);
+#pragma unroll
+    for (int s = 1; s < N; ++s) mx = __hmax2(mx, vector_max(raw[s]));
+    return fmaxf(__low2float(mx), __high2float(mx));
+  }
+}
+
+// fp32 terms: the accurate exp(x - m) (the tests' 1e-6 bound; see online_math.cuh's exp_of), no correction.
+struct ExactExp {
+  ShiftedExp<float, false> e;
+  float correction;
+  __device__ __forceinline__ float operator()(float x) const { return e(x); }
+};
+// The terms exp(x - m) of an item's elements against m: FusedExp2 for 16-bit types, ExactExp for fp32.
+template <typename T> __device__ __forceinline__ auto item_terms_at(float m) {
+  if constexpr (std::is_same_v<T, float>) {
+    return ExactExp{ShiftedExp<float, false>(m), 1.f};
+  } else {
+    return FusedExp2::at<T>(m);
+  }
 }
 
 // The sum of e(x) over N vectors.
-template <typename T, int N> __device__ __forceinline__ float sum_of_terms(const uint4 (&raw)[N], const FusedExp2& e) {
+template <typename T, int N, typename Exp>
+__device__ __forceinline__ float sum_of_terms(const uint4 (&raw)[N], const Exp& e) {
+  constexpr int kElems = 16 / sizeof(T);
   float sum[2] = {0.f, 0.f};
 #pragma unroll
   for (int s = 0; s < N; ++s) {
-    float w[8];
+    float w[kElems];
     VecIO<T>::unpack(raw[s], w);
 #pragma unroll
-    for (int j = 0; j < 8; ++j) sum[j & 1] += e(w[j]);
+    for (int j = 0; j < kElems; ++j) sum[j & 1] += e(w[j]);
   }
   return sum[0] + sum[1];
 }
 
-// st folded with N vectors: their packed max, the carried sum rescaled only when the max rises (one exp2, rarely
-// taken after a row's first vectors), their terms (FusedExp2). An infinite or NaN group max needs no case of its
-// own: from -inf the carried sum is 0 either way, a rise to +inf leaves the terms infinite (the epilogue's NaN), and
-// a NaN max compares false while its terms carry the NaN.
+// st folded with N vectors: their packed max, the carried sum rescaled only when the max rises (one exponential, rarely
+// taken after a row's first vectors; fp32's accurate), their terms (item_terms_at). An infinite or NaN group max needs
+// no case of its own: from -inf the carried sum is 0 either way, a rise to +inf leaves the terms infinite (the
+// epilogue's NaN), and a NaN max compares false while its terms carry the NaN.
 template <typename T, int N>
 __device__ __forceinline__ void fold_vectors(OnlineState<float>& st, const uint4 (&raw)[N]) {
   const float m = packed_max_of<T>(raw);
   if (m > st.m) {
-    st.d *= fast_exp2((st.m - m) * kLog2e);
+    st.d *= std::is_same_v<T, float> ? exp_of(st.m - m) : fast_exp2((st.m - m) * kLog2e);
     st.m = m;
   }
-  const FusedExp2 e = FusedExp2::at<T>(st.m);
+  const auto e = item_terms_at<T>(st.m);
   st.d = fmaf(sum_of_terms<T>(raw, e), e.correction, st.d);
 }
 
-// online_math.cuh's merge with its exponential as one MUFU instruction. Why: the block's reduction and the row's
-// merge sit between the last fold and the first store, with DRAM idle; the accurate expf made them several hundred
-// cycles longer (NOTES "s55 call 9").
-struct FastMergeOp {
+// online_math.cuh's merge, for 16-bit types with its exponential as one MUFU instruction (kFast). Why: the block's
+// reduction and the row's merge sit between the last fold and the first store, with DRAM idle; the accurate expf
+// made them several hundred cycles longer (NOTES "s55 call 9"). fp32 keeps the accurate one (the 1e-6 bound).
+template <bool kFast> struct ItemMergeOp {
   __device__ __forceinline__ OnlineState<float> operator()(OnlineState<float> a, OnlineState<float> b) const {
-    return merge<float, true>(a, b);
+    return merge<float, kFast>(a, b);
   }
 };
 
 // The (m, d) of the item over the block and, for split rows (chunks > 1), of its row: reduce_row_state's exchange
-// (split_exchange.cuh: the tagged partial published, the row's partials polled) with FastMergeOp and one polling
+// (split_exchange.cuh: the tagged partial published, the row's partials polled) with ItemMergeOp and one polling
 // warp, lane c merging chunks c, c + 32, ... (chunks <= SMs). Every block of a row merges the same partials in the
 // same order, so they all normalize with bitwise-identical statistics. scratch: kRowScratch states.
+template <bool kFast>
 __device__ __forceinline__ OnlineState<float> reduce_item_state(const RowExchange& ex, int chunks, int64_t row,
                                                                 int64_t item, OnlineState<float> v,
                                                                 OnlineState<float>* scratch) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  v = warp_allreduce(v, FastMergeOp{});
+  v = warp_allreduce(v, ItemMergeOp<kFast>{});
   if (lane == 0) scratch[warp] = v;
   __syncthreads();
   if (warp == kWarps - 1) {
-    v = warp_allreduce(lane < kWarps ? scratch[lane] : empty_state<float>(), FastMergeOp{});
+    v = warp_allreduce(lane < kWarps ? scratch[lane] : empty_state<float>(), ItemMergeOp<kFast>{});
     if (chunks > 1) {
       if (lane == 0) {
         store_relaxed_pair(ex.partials + 2 * item, uint64_t(ex.tag) << 32 | __float_as_uint(v.m),
@@ -130,9 +159,9 @@ __device__ __forceinline__ OnlineState<float> reduce_item_state(const RowExchang
         }
         const OnlineState<float> partial{__uint_as_float(static_cast<uint32_t>(m_word)),
                                          __uint_as_float(static_cast<uint32_t>(d_word))};
-        acc = merge<float, true>(acc, partial);
+        acc = merge<float, kFast>(acc, partial);
       }
-      v = warp_allreduce(acc, FastMergeOp{});
+      v = warp_allreduce(acc, ItemMergeOp<kFast>{});
     }
     if (lane == 0) scratch[32] = v;
   }
@@ -143,17 +172,17 @@ __device__ __forceinline__ OnlineState<float> reduce_item_state(const RowExchang
 // The (m, d) of a team's row (kTeams > 1: whole rows, no exchange): every thread merges its team's warp states in
 // the same order, so the team normalizes with bitwise-identical statistics. scratch: kWarps states; every thread of
 // the block calls it (one block barrier).
-template <int kTeams>
+template <int kTeams, bool kFast>
 __device__ __forceinline__ OnlineState<float> reduce_team_state(OnlineState<float> v, OnlineState<float>* scratch) {
   constexpr int kTeamWarps = kWarps / kTeams;
   const int warp = threadIdx.x >> 5;
-  v = warp_allreduce(v, FastMergeOp{});
+  v = warp_allreduce(v, ItemMergeOp<kFast>{});
   if ((threadIdx.x & 31) == 0) scratch[warp] = v;
   __syncthreads();
   const int first = warp / kTeamWarps * kTeamWarps;
   OnlineState<float> acc = scratch[first];
 #pragma unroll
-  for (int w = 1; w < kTeamWarps; ++w) acc = merge<float, true>(acc, scratch[first + w]);
+  for (int w = 1; w < kTeamWarps; ++w) acc = merge<float, kFast>(acc, scratch[first + w]);
   return acc;
 }
 
@@ -185,7 +214,9 @@ __device__ __forceinline__ OnlineState<float> reduce_team_state(OnlineState<floa
 template <typename T, bool kSoftmax, ItemFill kFill, int kTeams = 1>
 __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(const PipeParams<T> p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  static_assert(sizeof(T) == 2, "16-bit vectors of 8 elements");
+  static_assert(sizeof(T) == 2 || std::is_same_v<T, float>, "16-bit or fp32 vectors");
+  constexpr int kElems = 16 / sizeof(T);  // elements a 16-byte vector
+  constexpr bool kFast = sizeof(T) == 2;  // the fast merge (ItemMergeOp)
   static_assert(kTeams >= 1 && kWarps % kTeams == 0, "whole warps a team");
   static_assert(kFill != ItemFill::OnChip || kTeams > 1, "OnChip is a team's row");
   constexpr bool kWhole = kFill == ItemFill::Whole;
@@ -200,13 +231,14 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
   // Each team's pieces are sized for a whole row (the host's resident_smem_bytes), a team's after the one before.
   const int row_smem_vecs = kTeams == 1 ? 0
                             : kOnChip   ? kMaxPieces * kTeamPieceVecs
-                                        : min(max(static_cast<int>(p.chunk_elems / 8) - kRegVecs * kTeamThreads, 0),
+                                        : min(max(static_cast<int>(p.chunk_elems / kElems) - kRegVecs * kTeamThreads,
+                                                  0),
                                               kMaxPieces * kTeamPieceVecs);
   uint4* const held = block_held + team * ((row_smem_vecs + kTeamPieceVecs - 1) / kTeamPieceVecs * kTeamPieceVecs);
   uint64_t* const bars = block_bars + team * kMaxPieces;
   const int64_t item = blockIdx.x;
   const RowChunk span(kTeams > 1 ? item * kTeams + team : item, p.chunks, p.chunk_elems, p.len);
-  const int nvec = kWhole ? int(kResidentMaxItemBytes / 16 / kTeams) : static_cast<int>(span.end - span.begin) / 8;
+  const int nvec = kWhole ? int(kResidentMaxItemBytes / 16 / kTeams) : static_cast<int>(span.end - span.begin) / kElems;
   const int reg_vecs = kOnChip ? kRegVecs * kTeamThreads : min(nvec, kRegVecs * kTeamThreads);
   const int smem_vecs = kOnChip ? kMaxPieces * kTeamPieceVecs : min(nvec - reg_vecs, kMaxPieces * kTeamPieceVecs);
   const int pieces = (smem_vecs + kTeamPieceVecs - 1) / kTeamPieceVecs;
@@ -221,7 +253,7 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
   // A team past the last row (none in kWhole: the host checks rows % kTeams == 0) joins the team reduction's block
   // barrier only.
   if (!kWhole && kTeams > 1 && span.row >= p.rows) {
-    reduce_team_state<kTeams>(empty_state<float>(), scratch);
+    reduce_team_state<kTeams, kFast>(empty_state<float>(), scratch);
     return;
   }
   const uint64_t evict_first = l2_policy_evict_first(), evict_last = l2_policy_evict_last();
@@ -249,7 +281,7 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
   OnlineState<float> st;
   {
     const float m = packed_max_of<T>(raw);
-    const FusedExp2 e = FusedExp2::at<T>(m);
+    const auto e = item_terms_at<T>(m);
     st = {m, sum_of_terms<T>(raw, e) * e.correction};
   }
   uint4 group[kL2Depth][kL2Group];
@@ -299,17 +331,17 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
   }
   OnlineState<float> row_state;
   if constexpr (kTeams == 1) {
-    row_state = reduce_item_state(p.exchange, p.chunks, span.row, item, st, scratch);
+    row_state = reduce_item_state<kFast>(p.exchange, p.chunks, span.row, item, st, scratch);
   } else {
-    row_state = reduce_team_state<kTeams>(st, scratch);
+    row_state = reduce_team_state<kTeams, kFast>(st, scratch);
   }
   const Epilogue<float> epi(p.output, row_state, row_state.m);
   const auto term = pipe::output_term<T, kSoftmax>(epi, row_state.m);
   const auto out = [&](uint4 r) {
-    float w[8];
+    float w[kElems];
     VecIO<T>::unpack(r, w);
 #pragma unroll
-    for (int j = 0; j < 8; ++j) w[j] = term(w[j]);
+    for (int j = 0; j < kElems; ++j) w[j] = term(w[j]);
     return VecIO<T>::pack(w);
   };
   uint4* y = reinterpret_cast<uint4*>(p.y + span.row * p.len + span.begin);

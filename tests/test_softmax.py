@@ -783,18 +783,20 @@ import test_softmax as t
 from reference import softmax_ref, log_softmax_ref
 ops = ((fae.softmax, softmax_ref, torch.softmax), (fae.log_softmax, log_softmax_ref, torch.log_softmax))
 # items from a few KB (registers only) to 512 KB (registers, shared memory and L2), last chunks shorter, part-filled
-# pieces and L2 groups (1_000_008 elements: chunks of 250_048); items of exactly 512 KB (the kernel without bounds),
-# one and 16 to a row; a forced chunk count: the shapes it fits
-shapes = ((5, 4096), (7, 40_000), (3, 1_000_008), (2, 4_194_312), (2, 4_194_304), (128, 262_144))
-if "chunks" in os.environ["FAE_SOFTMAX_CONFIG"]:
-    shapes = shapes[:3]
-for dtype in (torch.bfloat16, torch.float16):
+# pieces and L2 groups (16-bit 1_000_008 elements: chunks of 250_048); items of exactly 512 KB (the kernel without
+# bounds), one and 16 to a row; fp32 (forced only) the same bytes; a forced chunk count: the shapes it fits
+shapes16 = ((5, 4096), (7, 40_000), (3, 1_000_008), (2, 4_194_312), (2, 4_194_304), (128, 262_144))
+shapes32 = ((5, 4096), (7, 40_000), (3, 500_004), (2, 2_097_156), (2, 2_097_152), (128, 131_072))
+for dtype in (torch.bfloat16, torch.float16, torch.float32):
+    shapes = shapes32 if dtype == torch.float32 else shapes16
+    if "chunks" in os.environ["FAE_SOFTMAX_CONFIG"]:
+        shapes = shapes[:3]
     for shape in shapes:
         x = t.make_input(shape, dtype, "cuda")
         for op, ref, base in ops:
             t.poison("cuda", x.numel() * x.element_size())
             t.check_against_reference(op(x, -1), ref(x, -1), base(x, -1), dtype, op.__name__ + str(shape))
-    for length in (40_000, 524_288):  # the second: 512 KB items, two to a row (without chunks=N)
+    for length in (40_000, 1_048_576 // x.element_size()):  # the second: 512 KB items, two to a row (without chunks=N)
         x = t.special_rows(length, dtype, "cuda")
         for op, ref, base in ops:
             t.assert_special_match(op(x, -1), base(x, -1), ref(x, -1), op.__name__ + " special values")
@@ -826,9 +828,10 @@ teams = int(os.environ["FAE_SOFTMAX_CONFIG"].split("rows=")[1])
 # rows a team holds in registers only (4096, 4104: 513 vectors), into its pieces and its L2 part, at most
 # 512 KB / teams (from 384 KB / teams the instantiation bounded on the L2 part only); 3 * teams - 1 rows: a last
 # block with an idle team; 2 * teams rows of exactly 512 KB / teams: the instantiation without bounds
-lengths = [n for n in (4096, 4104, 32000, 40000, 65536, 100008, 131072) if n * 2 * teams <= 512 * 1024]
-for dtype in (torch.bfloat16, torch.float16):
-    for shape in [(3 * teams - 1, n) for n in lengths] + [(2 * teams, 262144 // teams)]:
+for dtype in (torch.bfloat16, torch.float16, torch.float32):  # fp32: forced only
+    size = torch.finfo(dtype).bits // 8
+    lengths = [n for n in (4096, 4104, 32000, 40000, 65536, 100008, 131072) if n * size * teams <= 512 * 1024]
+    for shape in [(3 * teams - 1, n) for n in lengths] + [(2 * teams, 524288 // size // teams)]:
         x = t.make_input(shape, dtype, "cuda")
         for op, ref, base in ops:
             t.poison("cuda", x.numel() * x.element_size())
@@ -919,7 +922,7 @@ def test_resident_routing_cuda():
     ("kind=resident,rows=3", "torch.randn(64, 4096, device='cuda', dtype=torch.bfloat16)", "rows must be"),
     ("kind=resident,rows=8", "torch.randn(64, 40000, device='cuda', dtype=torch.bfloat16)", "512 KB / rows"),
     ("kind=resident,rows=2,chunks=2", "torch.randn(64, 4096, device='cuda', dtype=torch.bfloat16)", "whole rows"),
-    ("kind=resident", "torch.randn(64, 4096, device='cuda')", "16-bit"),
+    ("kind=resident", "torch.randn(64, 4096, device='cuda', dtype=torch.float64)", "16-bit or fp32"),
     ("kind=resident,chunks=2", "torch.randn(200, 4096, device='cuda', dtype=torch.bfloat16)", "more items than SMs"),
     ("kind=resident,chunks=1", "torch.randn(2, 1_048_576, device='cuda', dtype=torch.bfloat16)",
      "chunks of more than 512 KB")])

@@ -796,7 +796,8 @@ for dtype in (torch.bfloat16, torch.float16, torch.float32):
         for op, ref, base in ops:
             t.poison("cuda", x.numel() * x.element_size())
             t.check_against_reference(op(x, -1), ref(x, -1), base(x, -1), dtype, op.__name__ + str(shape))
-    for length in (40_000, 1_048_576 // x.element_size()):  # the second: 512 KB items, two to a row (without chunks=N)
+    size = torch.finfo(dtype).bits // 8
+    for length in (80_000 // size, 1_048_576 // size):  # the second: 512 KB items, two to a row (without chunks=N)
         x = t.special_rows(length, dtype, "cuda")
         for op, ref, base in ops:
             t.assert_special_match(op(x, -1), base(x, -1), ref(x, -1), op.__name__ + " special values")
@@ -808,7 +809,7 @@ print("checked")
 @requires_cuda
 @pytest.mark.parametrize("config", ["kind=resident", "kind=resident,chunks=6"])
 def test_forced_resident_cuda(config):
-    # The resident kernel (16-bit softmax and log_softmax, rows * chunks <= SMs), forced on shapes "auto" gives
+    # The resident kernel (16-bit and fp32 softmax and log_softmax, rows * chunks <= SMs), forced on shapes "auto" gives
     # other kernels too: every part of an item (registers, shared-memory pieces, the L2 part) with its tails,
     # whole and split rows, special values.
     if torch.cuda.get_device_capability() < (9, 0):
@@ -825,12 +826,14 @@ import test_softmax as t
 from reference import softmax_ref, log_softmax_ref
 ops = ((fae.softmax, softmax_ref, torch.softmax), (fae.log_softmax, log_softmax_ref, torch.log_softmax))
 teams = int(os.environ["FAE_SOFTMAX_CONFIG"].split("rows=")[1])
-# rows a team holds in registers only (4096, 4104: 513 vectors), into its pieces and its L2 part, at most
+# rows a team holds in registers only (8 KB, 8 KB + 16 B: 513 vectors), into its pieces and its L2 part, at most
 # 512 KB / teams (from 384 KB / teams the instantiation bounded on the L2 part only); 3 * teams - 1 rows: a last
-# block with an idle team; 2 * teams rows of exactly 512 KB / teams: the instantiation without bounds
-for dtype in (torch.bfloat16, torch.float16, torch.float32):  # fp32: forced only
+# block with an idle team; 2 * teams rows of exactly 512 KB / teams: the instantiation without bounds. fp32 (forced
+# only): the same bytes.
+for dtype in (torch.bfloat16, torch.float16, torch.float32):
     size = torch.finfo(dtype).bits // 8
-    lengths = [n for n in (4096, 4104, 32000, 40000, 65536, 100008, 131072) if n * size * teams <= 512 * 1024]
+    bytes_ = (8192, 8208, 64000, 80000, 131072, 200016, 262144)
+    lengths = [b // size for b in bytes_ if b * teams <= 512 * 1024]
     for shape in [(3 * teams - 1, n) for n in lengths] + [(2 * teams, 524288 // size // teams)]:
         x = t.make_input(shape, dtype, "cuda")
         for op, ref, base in ops:

@@ -853,8 +853,10 @@ template <typename T> void softmax_cuda_typed(const SoftmaxProblem& p, cudaStrea
   const bool same_grid = (reinterpret_cast<uintptr_t>(x) & 15) == (reinterpret_cast<uintptr_t>(y) & 15);
   s.pipe = (s.aligned || same_grid) && pipe_supported<T>();
   s.dual = s.aligned && dual_supported<T>();
-  if constexpr (sizeof(T) == 2 || std::is_same_v<T, float>) s.resident = s.aligned && resident_supported<T>();
   const RowsPlan* forced = forced_rows_plan();
+  // (fp32 only for a forced plan: "auto" never takes it there, and the check looks up 22 kernels)
+  if constexpr (sizeof(T) == 2) s.resident = s.aligned && resident_supported<T>();
+  if constexpr (std::is_same_v<T, float>) s.resident = s.aligned && forced != nullptr && resident_supported<T>();
   const RowsPlan plan = forced != nullptr ? *forced : heuristic_plan<T>(p, s);
   if (log_rows_plans()) {
     std::fprintf(stderr, "flash_attn_ext softmax plan: %lldx%lld %s\n", static_cast<long long>(s.rows),

@@ -859,15 +859,19 @@ def test_forced_resident_teams_cuda(config):
     assert child.returncode == 0 and "checked" in child.stdout, child.stderr[-3000:]
 
 
-def _resident_shapes():
+def _resident_shapes(dtype=torch.bfloat16):
     # {shape: the plan "auto" takes on sm_90 parts of >= 100 SMs}, for test_resident_whole_rows_cuda and
     # test_resident_routing_cuda; teams (rows=2, 4, 8) or sms / rows chunks (rows=0).
     sms = torch.cuda.get_device_properties(0).multi_processor_count
+    if dtype == torch.float32:  # whole rows of 256-512 KB only, within one wave (> sms / 2 rows) or beyond
+        return {shape: "chunks=1,.*rows=0" for shape in ((sms - 1, 100000), (sms // 2 + 1, 131072),
+                                                         (3 * sms + 1, 66000), (sms + 2, 131072))}
     teams = {(8 * sms - 3, 32768): 8, (8 * (sms - 4), 32768): 8, (4 * sms - 1, 65536): 4, (8 * sms - 8, 32000): 8,
-             (2 * sms - 1, 100008): 2, (16 * sms + 5, 32768): 8, (4 * sms + 2, 50000): 4, (6 * sms - 1, 110000): 2}
+             (2 * sms + 1, 131072): 2, (16 * sms + 5, 32768): 8, (4 * sms + 2, 50000): 4, (4 * sms - 3, 61000): 4}
     chunks = ((sms, 151936), (sms - 10, 131072), (3 * sms // 4, 151936), (sms - 4, 32768), (sms // 2, 300000),
               (sms // 2 - 6, 151936), (sms // 3, 151936), (5, 4194304), (1, 8388608))
-    waves = ((sms + 1, 151936), (2 * sms + 7, 200000), (3 * sms - 5, 262144))
+    waves = ((sms + 1, 151936), (2 * sms + 7, 200000), (3 * sms - 5, 262144), (2 * sms - 1, 100008),
+             (6 * sms - 1, 110000), (sms + 9, 61440), (8 * sms + 1, 66000))
     plans = {shape: f"chunks=1,.*rows={t}" for shape, t in teams.items()}
     plans.update({(r, c): f"chunks={sms // r},.*rows=0" for r, c in chunks})
     plans.update({shape: "chunks=1,.*rows=0" for shape in waves})
@@ -876,26 +880,26 @@ def _resident_shapes():
 
 @pytest.mark.cuda
 @requires_cuda
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=str)
 def test_resident_whole_rows_cuda(dtype):
-    # 16-bit rows that fill one wave or more of the resident kernel (on an H100 / H200's 132 SMs; with fewer SMs
-    # some shapes take other kernels): on sm_90 "auto" takes it (softmax_cuda.cu: resident_teams, and
-    # resident_chunks for the rows of 256-384 KB) for 64 KB rows 8 a block, the last block 5 (the instantiation
-    # bounded on the L2 part, OnChip) or 8 a block exactly (Whole), 128 KB rows 4 a block, the last block 3, and
-    # rows that fill a team in part (OnChip): 62.5 KB 8 a block, 195 KB 2 a block, the last block 1; and
-    # resident_chunks' sms / rows items a row, one a block: whole rows of 64-384 KB (the single-row kernel with
-    # bounds: registers and shared memory, no L2 part), also at 75 % of the SMs, and rows cut into 2, 3, sms / 5 or
-    # sms items of 96-512 KB, the last item of a row shorter; and beyond one wave (a plain launch), teams of 8, 4
-    # and 2 and whole rows of 297-512 KB, one a block, the last wave part-filled.
-    for shape in _resident_shapes():
+    # Rows that fill one wave or more of the resident kernel (on an H100 / H200's 132 SMs; with fewer SMs some
+    # shapes take other kernels): on sm_90 "auto" takes it (softmax_cuda.cu: resident_teams, resident_chunks) for
+    # 16-bit rows of 64 KB 8 a block, the last block 5 (the instantiation bounded on the L2 part, OnChip) or 8 a
+    # block exactly (Whole), 128 KB 4 a block, the last block 3, 256 KB 2 a block, the last block 1, and rows that
+    # fill a team in part (OnChip): 62.5 KB 8 a block, 97.7 and 119 KB 4 a block; and resident_chunks' sms / rows
+    # items a row, one a block: whole rows of 64-384 KB (the single-row kernel with bounds: registers and shared
+    # memory, no L2 part), also at 75 % of the SMs, and rows cut into 2, 3, sms / 5 or sms items of 96-512 KB, the
+    # last item of a row shorter; and beyond one wave (a plain launch), whole rows of 120-512 KB, one a block, the
+    # last wave part-filled. Fp32: whole rows of 256-512 KB, within one wave and beyond.
+    for shape in _resident_shapes(dtype):
         _run_accuracy("cuda", dtype, "auto", shape, -1, "contiguous")
 
 
 RESIDENT_ROUTING_CHECK = """
 import torch
 import flash_attn_ext as fae
-for shape in SHAPES:
-    fae.softmax(torch.randn(*shape, device="cuda", dtype=torch.bfloat16), -1)
+for shape, dtype in SHAPES:
+    fae.softmax(torch.randn(*shape, device="cuda", dtype=getattr(torch, dtype)), -1)
 torch.cuda.synchronize()
 print("checked")
 """
@@ -905,18 +909,25 @@ print("checked")
 @requires_cuda
 def test_resident_routing_cuda():
     # Which kernel "auto" takes (FAE_SOFTMAX_LOG_PLAN prints each row call's plan): the shapes of
-    # test_resident_whole_rows_cuda, each on the resident kernel with its teams (rows=N) or its chunks.
+    # test_resident_whole_rows_cuda (bf16 and fp32), each on the resident kernel with its teams (rows=N) or its
+    # chunks; and fp32 rows it leaves to the other kernels (128 KB beyond one wave, 400 KB cut in chunks).
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     if torch.cuda.get_device_capability() < (9, 0) or sms < 100:
         pytest.skip("the resident kernel's rules are written for sm_90 parts of 100 SMs or more")
-    expected = _resident_shapes()
-    code = RESIDENT_ROUTING_CHECK.replace("SHAPES", repr(list(expected)))
+    expected = [(shape, "bfloat16", pattern) for shape, pattern in _resident_shapes().items()]
+    expected += [(shape, "float32", pattern) for shape, pattern in _resident_shapes(torch.float32).items()]
+    expected += [((3 * sms, 32768), "float32", None), ((sms // 2 - 1, 100000), "float32", None)]
+    code = RESIDENT_ROUTING_CHECK.replace("SHAPES", repr([(shape, dtype) for shape, dtype, _ in expected]))
     child = run_in_fresh_python(code, timeout=None, FAE_SOFTMAX_LOG_PLAN="1")
     assert child.returncode == 0 and "checked" in child.stdout, child.stderr[-3000:]
     plans = [line for line in child.stderr.splitlines() if line.startswith("flash_attn_ext softmax plan:")]
     assert len(plans) == len(expected), child.stderr[-3000:]
-    for (rows, cols), pattern, line in zip(expected, expected.values(), plans):
-        assert re.search(rf"plan: {rows}x{cols} kind=resident,.*{pattern}$", line), line
+    for ((rows, cols), dtype, pattern), line in zip(expected, plans):
+        assert line.startswith(f"flash_attn_ext softmax plan: {rows}x{cols} "), (dtype, line)
+        if pattern is None:
+            assert "kind=resident" not in line, (dtype, line)
+        else:
+            assert re.search(rf"plan: {rows}x{cols} kind=resident,.*{pattern}$", line), (dtype, line)
 
 
 @pytest.mark.cuda

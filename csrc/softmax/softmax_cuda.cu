@@ -284,14 +284,18 @@ int64_t resident_fewest_chunks(int64_t row_bytes) { return ceil_div(row_bytes, k
 // 211.8-212.9 -> 169.5-169.6 / 166.7-167.9, 256x200000 75.2-76.9 / 73.1-73.7 -> 61.8-61.9 / 59.6.
 constexpr int64_t kResidentMinRowBytes = 64 * 1024;
 constexpr int64_t kResidentMinChunkBytes = 96 * 1024;
-constexpr int64_t kResidentMinWavesRowBytes = 256 * 1024;
+constexpr int64_t kResidentMinWavesRowBytes = 120 * 1024;
+constexpr int64_t kResidentMinFloatRowBytes = 256 * 1024;
 constexpr double kResidentMinFill = 0.9;  // the teams' blocks (resident_teams)
 template <typename T> int64_t resident_chunks(const RowsShape& s) {
-  // (and a device whose opt-in shared memory holds the longest item's pieces next to the static arrays; fp32 runs
-  // the kernel only when forced, unmeasured)
-  if (sizeof(T) != 2 || !s.resident || s.smem_optin < kResidentMaxSmemBytes + 1024) return 0;
+  // (and a device whose opt-in shared memory holds the longest item's pieces next to the static arrays)
+  if (!s.resident || s.smem_optin < kResidentMaxSmemBytes + 1024) return 0;
+  if (sizeof(T) == 4) {
+    const bool whole = s.rows > s.sms / 2;
+    return whole && s.row_bytes > kResidentMinFloatRowBytes && s.row_bytes <= kResidentMaxItemBytes ? 1 : 0;
+  }
   if (s.rows > s.sms) {
-    return s.row_bytes > kResidentMinWavesRowBytes && s.row_bytes <= kResidentMaxItemBytes ? 1 : 0;
+    return s.row_bytes >= kResidentMinWavesRowBytes && s.row_bytes <= kResidentMaxItemBytes ? 1 : 0;
   }
   const int64_t chunks = s.sms / s.rows;
   if (chunks < resident_fewest_chunks(s.row_bytes)) return 0;
@@ -442,16 +446,19 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
       plan.steps = stream_steps_per_chunk<T>(s.len);
       return plan;
     }
-    // 0. Resident (sm_90+, 16-bit, aligned): items a block holds whole (resident_chunks, resident_teams).
-    if (const int64_t chunks = resident_chunks<T>(s); chunks > 0) {
-      plan.kind = RowsKind::Resident;
-      plan.chunks = static_cast<int>(chunks);
-      return plan;
-    }
-    if (const int64_t teams = resident_teams<T>(s); teams > 0) {
+    // 0. Resident (sm_90+, 16-bit or fp32, aligned): items a block holds whole (resident_chunks, resident_teams);
+    // teams first where their items are exactly 512 KB (the instantiation without bounds).
+    const int64_t resident_items = resident_chunks<T>(s);
+    const int64_t teams = resident_teams<T>(s);
+    if (teams > 0 && (resident_items == 0 || s.row_bytes * teams == kResidentMaxItemBytes)) {
       plan.kind = RowsKind::Resident;
       plan.chunks = 1;
       plan.rows = static_cast<int>(teams);
+      return plan;
+    }
+    if (resident_items > 0) {
+      plan.kind = RowsKind::Resident;
+      plan.chunks = static_cast<int>(resident_items);
       return plan;
     }
     const int ring_one = pipe_ring_pieces(s, 1);
@@ -854,9 +861,12 @@ template <typename T> void softmax_cuda_typed(const SoftmaxProblem& p, cudaStrea
   s.pipe = (s.aligned || same_grid) && pipe_supported<T>();
   s.dual = s.aligned && dual_supported<T>();
   const RowsPlan* forced = forced_rows_plan();
-  // (fp32 only for a forced plan: "auto" never takes it there, and the check looks up 22 kernels)
   if constexpr (sizeof(T) == 2) s.resident = s.aligned && resident_supported<T>();
-  if constexpr (std::is_same_v<T, float>) s.resident = s.aligned && forced != nullptr && resident_supported<T>();
+  if constexpr (std::is_same_v<T, float>) {
+    // (the lookup checks 22 kernels: only for rows "auto" could take it for, resident_chunks, or a forced plan)
+    const bool wanted = s.row_bytes > kResidentMinFloatRowBytes && s.row_bytes <= kResidentMaxItemBytes;
+    s.resident = s.aligned && (wanted || forced != nullptr) && resident_supported<T>();
+  }
   const RowsPlan plan = forced != nullptr ? *forced : heuristic_plan<T>(p, s);
   if (log_rows_plans()) {
     std::fprintf(stderr, "flash_attn_ext softmax plan: %lldx%lld %s\n", static_cast<long long>(s.rows),

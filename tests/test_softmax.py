@@ -863,15 +863,16 @@ def _resident_shapes(dtype=torch.bfloat16):
     # {shape: the plan "auto" takes on sm_90 parts of >= 100 SMs}, for test_resident_whole_rows_cuda and
     # test_resident_routing_cuda; teams (rows=2, 4, 8) or sms / rows chunks (rows=0).
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    if dtype == torch.float32:  # whole rows of 256-512 KB only, within one wave (> sms / 2 rows) or beyond
+    if dtype == torch.float32:  # whole rows of 144-512 KB only, within one wave (> sms / 2 rows) or beyond
         return {shape: "chunks=1,.*rows=0" for shape in ((sms - 1, 100000), (sms // 2 + 1, 131072),
-                                                         (3 * sms + 1, 66000), (sms + 2, 131072))}
+                                                         (3 * sms + 1, 66000), (sms + 2, 131072), (2 * sms + 1, 40000))}
     teams = {(8 * sms - 3, 32768): 8, (8 * (sms - 4), 32768): 8, (4 * sms - 1, 65536): 4, (8 * sms - 8, 32000): 8,
-             (2 * sms + 1, 131072): 2, (16 * sms + 5, 32768): 8, (4 * sms + 2, 50000): 4, (4 * sms - 3, 61000): 4}
+             (2 * sms + 1, 131072): 2, (16 * sms + 5, 32768): 8, (4 * sms + 2, 50000): 4, (4 * sms - 3, 61000): 4,
+             (2 * sms - 1, 100008): 2, (4 * sms, 64000): 4}
     chunks = ((sms, 151936), (sms - 10, 131072), (3 * sms // 4, 151936), (sms - 4, 32768), (sms // 2, 300000),
               (sms // 2 - 6, 151936), (sms // 3, 151936), (5, 4194304), (1, 8388608))
-    waves = ((sms + 1, 151936), (2 * sms + 7, 200000), (3 * sms - 5, 262144), (2 * sms - 1, 100008),
-             (6 * sms - 1, 110000), (sms + 9, 61440), (8 * sms + 1, 66000))
+    waves = ((sms + 1, 151936), (2 * sms + 7, 200000), (3 * sms - 5, 262144), (6 * sms - 1, 110000),
+             (sms + 9, 61440), (8 * sms + 1, 66000))
     plans = {shape: f"chunks=1,.*rows={t}" for shape, t in teams.items()}
     plans.update({(r, c): f"chunks={sms // r},.*rows=0" for r, c in chunks})
     plans.update({shape: "chunks=1,.*rows=0" for shape in waves})
@@ -886,11 +887,12 @@ def test_resident_whole_rows_cuda(dtype):
     # shapes take other kernels): on sm_90 "auto" takes it (softmax_cuda.cu: resident_teams, resident_chunks) for
     # 16-bit rows of 64 KB 8 a block, the last block 5 (the instantiation bounded on the L2 part, OnChip) or 8 a
     # block exactly (Whole), 128 KB 4 a block, the last block 3, 256 KB 2 a block, the last block 1, and rows that
-    # fill a team in part (OnChip): 62.5 KB 8 a block, 97.7 and 119 KB 4 a block; and resident_chunks' sms / rows
-    # items a row, one a block: whole rows of 64-384 KB (the single-row kernel with bounds: registers and shared
-    # memory, no L2 part), also at 75 % of the SMs, and rows cut into 2, 3, sms / 5 or sms items of 96-512 KB, the
-    # last item of a row shorter; and beyond one wave (a plain launch), whole rows of 120-512 KB, one a block, the
-    # last wave part-filled. Fp32: whole rows of 256-512 KB, within one wave and beyond.
+    # fill a team in part (OnChip): 62.5 KB 8 a block, 97.7 and 119 KB 4 a block, 125 and 195 KB in one wave of
+    # teams' blocks; and resident_chunks' sms / rows items a row, one a block: whole rows of 64-384 KB (the
+    # single-row kernel with bounds: registers and shared memory, no L2 part), also at 75 % of the SMs, and rows cut
+    # into 2, 3, sms / 5 or sms items of 96-512 KB, the last item of a row shorter; and beyond one wave (a plain
+    # launch), whole rows of 120-512 KB, one a block, the last wave part-filled. Fp32: whole rows of 144-512 KB,
+    # within one wave and beyond.
     for shape in _resident_shapes(dtype):
         _run_accuracy("cuda", dtype, "auto", shape, -1, "contiguous")
 
@@ -910,7 +912,8 @@ print("checked")
 def test_resident_routing_cuda():
     # Which kernel "auto" takes (FAE_SOFTMAX_LOG_PLAN prints each row call's plan): the shapes of
     # test_resident_whole_rows_cuda (bf16 and fp32), each on the resident kernel with its teams (rows=N) or its
-    # chunks; and fp32 rows it leaves to the other kernels (128 KB beyond one wave, 400 KB cut in chunks).
+    # chunks; and fp32 rows it leaves to the other kernels (128 KB beyond one wave; 400 KB in fewer rows than
+    # half the SMs, which would be cut in chunks).
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     if torch.cuda.get_device_capability() < (9, 0) or sms < 100:
         pytest.skip("the resident kernel's rules are written for sm_90 parts of 100 SMs or more")

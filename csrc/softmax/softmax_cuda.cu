@@ -285,7 +285,7 @@ int64_t resident_fewest_chunks(int64_t row_bytes) { return ceil_div(row_bytes, k
 constexpr int64_t kResidentMinRowBytes = 64 * 1024;
 constexpr int64_t kResidentMinChunkBytes = 96 * 1024;
 constexpr int64_t kResidentMinWavesRowBytes = 120 * 1024;
-constexpr int64_t kResidentMinFloatRowBytes = 256 * 1024;
+constexpr int64_t kResidentMinFloatRowBytes = 144 * 1024;
 constexpr double kResidentMinFill = 0.9;  // the teams' blocks (resident_teams)
 template <typename T> int64_t resident_chunks(const RowsShape& s) {
   // (and a device whose opt-in shared memory holds the longest item's pieces next to the static arrays)
@@ -447,10 +447,12 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
       return plan;
     }
     // 0. Resident (sm_90+, 16-bit or fp32, aligned): items a block holds whole (resident_chunks, resident_teams);
-    // teams first where their items are exactly 512 KB (the instantiation without bounds).
+    // teams first where their items are exactly 512 KB (the instantiation without bounds) or fill one wave.
     const int64_t resident_items = resident_chunks<T>(s);
     const int64_t teams = resident_teams<T>(s);
-    if (teams > 0 && (resident_items == 0 || s.row_bytes * teams == kResidentMaxItemBytes)) {
+    const bool teams_first = teams > 0 && (resident_items == 0 || s.row_bytes * teams == kResidentMaxItemBytes ||
+                                           ceil_div(s.rows, teams) <= s.sms);
+    if (teams_first) {
       plan.kind = RowsKind::Resident;
       plan.chunks = 1;
       plan.rows = static_cast<int>(teams);

@@ -264,24 +264,44 @@ template <typename T> int64_t resident_chunk_elems(int64_t len, int64_t chunks) 
 }
 // The fewest chunks of a row that the resident kernel can hold (its default chunk count).
 int64_t resident_fewest_chunks(int64_t row_bytes) { return ceil_div(row_bytes, kResidentMaxItemBytes); }
-// The chunk count "auto" takes the resident kernel with, or 0: 16-bit rows, at most one wave of them, cut into
-// sms / rows chunks so that the items (one a block, one block per SM) fill the SMs, where that leaves items of at
+// The chunk count "auto" takes the resident kernel with, or 0: 16-bit rows (fp32: below), at most one wave of them, cut
+// into sms / rows chunks so that the items (one a block, one block per SM) fill the SMs, where that leaves items of at
 // most 512 KB and at least kResidentMinRowBytes (whole rows) or kResidentMinChunkBytes (split rows). Why: the kernel
-// keeps each item on chip between its two passes; the pipelined, dual and split kernels read it twice or stage it
-// in phases. Measured (H200, bf16, us cold / streamed, auto before -> resident; NOTES "s65 call 5", "s65 call 7",
-// "s66 calls 1-4"): whole rows 128x151936 35.1 / 32.8 -> 26.5 / 26.3, 128x65536 16.3 / 15.8 -> 15.3 / 13.3,
-// 128x32768 12.5 / 10.9 -> 12.1 / 9.0, 66x151936 21.2 / 20.0 -> 20.6 / 15.6; split rows 64x300000 35.5 / 33.0 ->
-// 27.6 / 27.3, 60x151936 21.3 / 20.0 -> 17.8 / 15.7 (2 chunks), 40x151936 15.6 / 13.5 -> 15.4 / 12.5 (3),
-// 5x4194304 41.6 / 40.0 -> 30.2 / 30.3 (26), 4x4194304 26.5 / 25.9 -> 24.8 / 24.2 (32), 1x8388608 19.2 / 17.5 ->
-// 17.6 / 16.0 (128), 7x4194304 54.5 / 55.8 -> 39.8 / 40.1 (18; 38.8 / 39.5 at the fewest, 16). Smaller items
-// lost or tied: 64x65536 at 2 chunks (64 KB) 12.1 / 10.1 -> 13.5 / 10.5, 20x151936 at 6 (50 KB) 12.8 / 9.7 ->
-// 13.1 / 9.4; so did the fewest chunks below the SMs, 4x4194304 at 16: 26.3 / 25.8 -> 30.7 / 29.4.
-// Rows beyond one wave: whole rows of more than kResidentMinWavesRowBytes (shorter ones take teams), one a block,
-// wave after wave (a plain launch: a whole row waits on no other block). The blocks of successive waves drift
-// apart, so one SM's reads overlap another's stores. Bf16, us cold / streamed, auto (pipelined or dual) ->
-// resident ("s66 call 6"): 200x151936 52.1-53.2 / 50.0-50.2 -> 44.9 / 41.0, 264x151936 57.7-58.7 / 56.1-56.3 ->
-// 51.1-51.4 / 47.6-47.8, 528x151936 113.0-113.5 / 112.4 -> 96.1-96.2 / 93.1-93.4, 1024x151936 213.1-213.5 /
-// 211.8-212.9 -> 169.5-169.6 / 166.7-167.9, 256x200000 75.2-76.9 / 73.1-73.7 -> 61.8-61.9 / 59.6.
+// keeps each item on chip between its two passes; the pipelined, dual and split kernels read it twice or stage it in
+// phases. Measured (H200, bf16, us cold / streamed, auto before -> resident; NOTES "s65 call 5", "s65 call 7", "s66
+// calls 1-4"): whole rows 128x151936 35.1 / 32.8 -> 26.5 / 26.3, 128x65536 16.3 / 15.8 -> 15.3 / 13.3, 128x32768 12.5 /
+// 10.9 -> 12.1 / 9.0, 66x151936 21.2 / 20.0 -> 20.6 / 15.6; split rows 64x300000 35.5 / 33.0 -> 27.6 / 27.3, 60x151936
+// 21.3 / 20.0 -> 17.8 / 15.7 (2 chunks), 40x151936 15.6 / 13.5 -> 15.4 / 12.5 (3), 5x4194304 41.6 / 40.0 -> 30.2 / 30.3
+// (26), 4x4194304 26.5 / 25.9 -> 24.8 / 24.2 (32), 1x8388608 19.2 / 17.5 -> 17.6 / 16.0 (128), 7x4194304 54.5 / 55.8 ->
+// 39.8 / 40.1 (18; 38.8 / 39.5 at the fewest, 16). Smaller items lost or tied: 64x65536 at 2 chunks (64 KB) 12.1 / 10.1
+// -> 13.5 / 10.5, 20x151936 at 6 (50 KB) 12.8 / 9.7 -> 13.1 / 9.4; so did the fewest chunks below the SMs, 4x4194304 at
+// 16: 26.3 / 25.8 -> 30.7 / 29.4.
+// Rows beyond one wave: whole rows of kResidentMinWavesRowBytes or more, one a block, wave after wave (a plain launch:
+// a whole row waits on no other block), unless teams take them (heuristic_plan: teams first where their items are
+// exactly 512 KB or their blocks fit one wave). The blocks of successive waves drift apart, so one SM's reads overlap
+// another's stores. Bf16, us cold / streamed, auto (pipelined, dual or teams) -> resident ("s66 call 6", "s67 calls
+// A-C"): 200x151936 52.1-53.2 / 50.0-50.2 -> 44.9 / 41.0, 264x151936 57.7-58.7 / 56.1-56.3 -> 51.1-51.4 / 47.6-47.8,
+// 528x151936 113.0-113.5 / 112.4 -> 96.1-96.2 / 93.1-93.4, 1024x151936 213.1-213.5 / 211.8-212.9 -> 169.5-169.6 /
+// 166.7-167.9, 256x200000 75.2-76.9 / 73.1-73.7 -> 61.8-61.9 / 59.6; the rows of 120-256 KB (s67: teams or, between the
+// teams' bands, pipelined): 1024x100000 127.5-127.6 / 127.5-127.8 (2 a block) -> 116.0 / 115.7-115.8, 512x120000
+// 77.5-78.2 / 78.1 (2) -> 75.6-75.7 / 72.2-72.4, 1024x64000 82.6-82.7 / 83.6-83.8 (4) -> 79.5 / 79.1-79.5, 1024x80000
+// 123.4-124.1 / 122.7-123.0 -> 92.6-92.8 / 91.6-92.2, 1024x66000 106.4-106.7 / 106.0-106.1 -> 82.1 / 82.5-82.8,
+// 2048x66000 202.4-202.7 / 201.3-201.7 -> 151.7-151.8 / 152.6-153.0, 200x80000 34.8 / 32.1-32.3 -> 27.4-27.7 /
+// 23.8-23.9. Shorter rows lost or tied: 1024x58000 (113 KB) 77.6-77.7 / 76.5-76.7 (4) -> 77.4 / 75.6-75.8, 1024x50000
+// 68.1-68.2 / 67.9-68.1 -> 73.2-73.3 / 71.3-71.5, 1024x40000 51.6-52.1 / 51.4-51.8 -> 66.1-66.7 / 65.1; so did teams'
+// blocks of one wave or exact items: 528x64000 (4 a block) 42.5-42.6 / 43.0 -> 45.9-46.0 / 44.3-44.6, 264x128256 (2)
+// 42.0 / 42.6-42.8 -> 44.8-45.2 / 41.9-42.1, 256x128000 (2) 42.4-42.5 / 42.1-42.3 -> 43.8-43.9 / 40.7, 512x131072 (2,
+// exact) 78.7 / 79.4-79.8 -> 81.2-81.7 / 78.7-79.4, 1024x65536 (4, exact) 80.4-80.5 / 80.0-81.0 -> 81.0-81.1 /
+// 79.0-80.1 (a tie).
+// Fp32 (the kernel's accurate exponentials and merges): whole rows of more than kResidentMinFloatRowBytes, more rows
+// than half the SMs (one item a row, within one wave or beyond). Us cold / streamed, auto before (pipelined or dual) ->
+// resident ("s67 calls B, C"): 1024x40000 104.4-104.5 / 106.8-107.0 -> 90.8-90.9 / 90.8-90.9, 1024x50000 126.7-126.9 /
+// 125.8-127.4 -> 112.8-113.2 / 113.1-113.3, 1024x60000 148.7-148.9 / 148.0-149.1 -> 134.2-134.3 / 133.1-134.1,
+// 1024x66000 165.2-165.7 / 167.8-168.0 -> 149.2-149.3 / 149.4-149.8, 512x100000 125.7-126.1 / 125.8-126.2 ->
+// 117.7-118.2 / 117.5-117.6, 128x131072 41.6-41.9 / 43.1-46.0 -> 39.4-39.6 / 40.5; a tie at 128 KB (1024x32768
+// 77.2-77.5 / 75.7-76.2 -> 77.4-77.8 / 77.2-77.8), a loss for teams (4096x32000, 4 a block, 284.0-284.7 / 282.5-282.7
+// -> 326.3-326.7 / 327.4-327.5). Split fp32 rows are left to the other kernels (one probe won: 64x131072 in 2 chunks
+// 24.7-25.0 / 24.3-24.4 -> 23.3-23.4 / 22.5).
 constexpr int64_t kResidentMinRowBytes = 64 * 1024;
 constexpr int64_t kResidentMinChunkBytes = 96 * 1024;
 constexpr int64_t kResidentMinWavesRowBytes = 120 * 1024;
@@ -317,7 +337,8 @@ template <typename T> int64_t resident_chunks(const RowsShape& s) {
 // which spills and lost (1056x32000 on it: 44.6-44.9 / 45.2-45.3, "s64 call 6"). Several waves ("s66 call 6"):
 // 2112x32768 8 a block 90.2-90.5 / 89.5-89.6 -> 82.9-83.3 / 83.3-83.8, 4096x32768 164.2-164.3 / 163.7-165.6 -> 157.9 /
 // 166.7-167.8 (the one loss, streamed), 1024x65536 4 a block 85.9-86.0 / 86.0-87.4 -> 80.1 / 80.3-80.6, 1024x100000 2 a
-// block 145.6-145.8 / 143.9-144.7 -> 126.5-127.6 / 127.2-127.7.
+// block 145.6-145.8 / 143.9-144.7 -> 126.5-127.6 / 127.2-127.7 (since s67 whole rows one a block: rows of 120 KB or
+// more take teams only where their items are exactly 512 KB or their blocks fit one wave; see resident_chunks).
 template <typename T> int64_t resident_teams(const RowsShape& s) {
   // (and a device whose opt-in shared memory holds the pieces next to 8 teams' barriers and the scratch, ~1.2 KB)
   if (sizeof(T) != 2 || !s.resident || s.smem_optin < kResidentMaxSmemBytes + 2048) return 0;

@@ -784,7 +784,8 @@ from reference import softmax_ref, log_softmax_ref
 ops = ((fae.softmax, softmax_ref, torch.softmax), (fae.log_softmax, log_softmax_ref, torch.log_softmax))
 # items from a few KB (registers only) to 512 KB (registers, shared memory and L2), last chunks shorter, part-filled
 # pieces and L2 groups (16-bit 1_000_008 elements: chunks of 250_048); items of exactly 512 KB (the kernel without
-# bounds), one and 16 to a row; fp32 (forced only) the same bytes; a forced chunk count: the shapes it fits
+# bounds), one and 16 to a row; fp32 the same bytes (forced: auto takes only whole fp32 rows); a forced chunk count:
+# the shapes it fits
 shapes16 = ((5, 4096), (7, 40_000), (3, 1_000_008), (2, 4_194_312), (2, 4_194_304), (128, 262_144))
 shapes32 = ((5, 4096), (7, 40_000), (3, 500_004), (2, 2_097_156), (2, 2_097_152), (128, 131_072))
 for dtype in (torch.bfloat16, torch.float16, torch.float32):

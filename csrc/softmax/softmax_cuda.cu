@@ -147,7 +147,8 @@ struct RowsShape {
   bool pipe;      // the pipelined kernel can run: sm_90+ code for this device, aligned rows or unaligned ones
                   // whose output lies on the input's 16-byte grid (ItemVectors)
   bool dual;      // the dual-role kernel can run (the same conditions)
-  bool resident;  // the resident kernel can run: the same, for 16-bit types and fp32 (auto: 16-bit only)
+  bool resident;  // the resident kernel can run: the same, for 16-bit types and fp32 (fp32: looked up only for
+                  // rows auto may take it for, or a forced plan)
 };
 
 // Pipelined kernel (softmax_pipelined.cuh): 16 KiB ring pieces, as many as the opt-in shared memory holds

@@ -15,7 +15,7 @@
 //   FAE_SOFTMAX_CONFIG="kind=resident,rows=8"
 // Keys (0 or absent = derived from the shape where a derivation is given):
 //   kind     warp | block | split | stream | pipe | dual | resident (pipe, dual, resident: sm_90+, aligned rows;
-//            resident: 16-bit (auto) or fp32 (forced only) softmax and log_softmax; rows * chunks <= SMs where
+//            resident: 16-bit or fp32 (auto: whole rows only) softmax and log_softmax; rows * chunks <= SMs where
 //            chunks > 1)
 //   lanes    warp: lanes per row, power of two <= 32 (0: fewest that hold the row)
 //   vpt      warp: 16-byte vectors per lane (1, 2, 4, 8 where compiled); block/split: vectors per thread in

@@ -396,8 +396,10 @@ bool unaligned_pipe_rows(const SoftmaxProblem& p, const RowsShape& s) {
 // blocks per SM, except many 16-bit whole rows of <= 64 KB (2b.); logsumexp there takes the streaming reduce
 // (4.) instead; 16-bit softmax / log_softmax tensors whose items the resident kernel holds take it before both
 // (resident_chunks: up to one wave of rows in sms / rows items a row, whole rows of >= 64 KB or chunks of 96-512
-// KB, and beyond a wave whole rows of 256-512 KB, one a block; resident_teams: whole rows of 384-512 KB / teams,
-// 2, 4 or 8 a block). Unaligned rows on the output's grid take the pipelined kernel where unaligned_pipe_rows says.
+// KB, and beyond a wave whole rows of 120-512 KB, one a block; resident_teams: whole rows of 384-512 KB / teams,
+// 2, 4 or 8 a block, first where their items are exactly 512 KB or their blocks fit one wave), and so do fp32
+// whole rows of 144-512 KB in more rows than sms / 2. Unaligned rows on the output's grid take the pipelined
+// kernel where unaligned_pipe_rows says.
 // FAE_SOFTMAX_CONFIG (softmax_plan.h) replaces this choice for benchmarks.
 template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const RowsShape& s) {
   using Traits = RowsTraits<T>;

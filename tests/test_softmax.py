@@ -864,9 +864,13 @@ def _resident_shapes(dtype=torch.bfloat16):
     # {shape: the plan "auto" takes on sm_90 parts of >= 100 SMs}, for test_resident_whole_rows_cuda and
     # test_resident_routing_cuda; teams (rows=2, 4, 8) or sms / rows chunks (rows=0).
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    if dtype == torch.float32:  # whole rows of 144-512 KB only, within one wave (> sms / 2 rows) or beyond
-        return {shape: "chunks=1,.*rows=0" for shape in ((sms - 1, 100000), (sms // 2 + 1, 131072),
-                                                         (3 * sms + 1, 66000), (sms + 2, 131072), (2 * sms + 1, 40000))}
+    if dtype == torch.float32:  # no teams: whole rows of 144-512 KB, rows of one wave cut in sms / rows chunks
+        whole = ((sms - 1, 100000), (sms // 2 + 1, 131072), (3 * sms + 1, 66000), (sms + 2, 131072),
+                 (2 * sms + 1, 40000))
+        chunks = ((sms // 2 - 1, 100000), (sms // 3, 151936), (4, 4194304), (1, 4194304), (sms // 8, 600000))
+        plans = {shape: "chunks=1,.*rows=0" for shape in whole}
+        plans.update({(r, c): f"chunks={sms // r},.*rows=0" for r, c in chunks})
+        return plans
     teams = {(8 * sms - 3, 32768): 8, (8 * (sms - 4), 32768): 8, (4 * sms - 1, 65536): 4, (8 * sms - 8, 32000): 8,
              (2 * sms + 1, 131072): 2, (16 * sms + 5, 32768): 8, (4 * sms + 2, 50000): 4, (4 * sms - 3, 61000): 4,
              (2 * sms - 1, 100008): 2, (4 * sms, 64000): 4}
@@ -893,7 +897,7 @@ def test_resident_whole_rows_cuda(dtype):
     # single-row kernel with bounds: registers and shared memory, no L2 part), also at 75 % of the SMs, and rows cut
     # into 2, 3, sms / 5 or sms items of 96-512 KB, the last item of a row shorter; and beyond one wave (a plain
     # launch), whole rows of 120-512 KB, one a block, the last wave part-filled. Fp32: whole rows of 144-512 KB,
-    # within one wave and beyond.
+    # within one wave and beyond, and rows cut into 2, 3, 8, 33 or sms items of 127-508 KB.
     for shape in _resident_shapes(dtype):
         _run_accuracy("cuda", dtype, "auto", shape, -1, "contiguous")
 
@@ -913,14 +917,14 @@ print("checked")
 def test_resident_routing_cuda():
     # Which kernel "auto" takes (FAE_SOFTMAX_LOG_PLAN prints each row call's plan): the shapes of
     # test_resident_whole_rows_cuda (bf16 and fp32), each on the resident kernel with its teams (rows=N) or its
-    # chunks; and fp32 rows it leaves to the other kernels (128 KB beyond one wave; 400 KB in fewer rows than
-    # half the SMs, which would be cut in chunks).
+    # chunks; and fp32 rows it leaves to the other kernels (128 KB beyond one wave; 16 MB rows in 5 or 8, whose
+    # sms / rows chunks would be over 512 KB).
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     if torch.cuda.get_device_capability() < (9, 0) or sms < 100:
         pytest.skip("the resident kernel's rules are written for sm_90 parts of 100 SMs or more")
     expected = [(shape, "bfloat16", pattern) for shape, pattern in _resident_shapes().items()]
     expected += [(shape, "float32", pattern) for shape, pattern in _resident_shapes(torch.float32).items()]
-    expected += [((3 * sms, 32768), "float32", None), ((sms // 2 - 1, 100000), "float32", None)]
+    expected += [((3 * sms, 32768), "float32", None), ((5, 4194304), "float32", None), ((8, 4194304), "float32", None)]
     code = RESIDENT_ROUTING_CHECK.replace("SHAPES", repr([(shape, dtype) for shape, dtype, _ in expected]))
     child = run_in_fresh_python(code, timeout=None, FAE_SOFTMAX_LOG_PLAN="1")
     assert child.returncode == 0 and "checked" in child.stdout, child.stderr[-3000:]

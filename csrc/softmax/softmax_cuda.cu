@@ -294,15 +294,19 @@ int64_t resident_fewest_chunks(int64_t row_bytes) { return ceil_div(row_bytes, k
 // 42.0 / 42.6-42.8 -> 44.8-45.2 / 41.9-42.1, 256x128000 (2) 42.4-42.5 / 42.1-42.3 -> 43.8-43.9 / 40.7, 512x131072 (2,
 // exact) 78.7 / 79.4-79.8 -> 81.2-81.7 / 78.7-79.4, 1024x65536 (4, exact) 80.4-80.5 / 80.0-81.0 -> 81.0-81.1 /
 // 79.0-80.1 (a tie).
-// Fp32 (the kernel's accurate exponentials and merges): whole rows of more than kResidentMinFloatRowBytes, more rows
-// than half the SMs (one item a row, within one wave or beyond). Us cold / streamed, auto before (pipelined or dual) ->
+// Fp32 (the kernel's accurate exponentials and merges): whole rows of kResidentMinFloatRowBytes or more (one item a
+// row, within one wave or beyond). Us cold / streamed, auto before (pipelined or dual) ->
 // resident ("s67 calls B, C"): 1024x40000 104.4-104.5 / 106.8-107.0 -> 90.8-90.9 / 90.8-90.9, 1024x50000 126.7-126.9 /
 // 125.8-127.4 -> 112.8-113.2 / 113.1-113.3, 1024x60000 148.7-148.9 / 148.0-149.1 -> 134.2-134.3 / 133.1-134.1,
 // 1024x66000 165.2-165.7 / 167.8-168.0 -> 149.2-149.3 / 149.4-149.8, 512x100000 125.7-126.1 / 125.8-126.2 ->
 // 117.7-118.2 / 117.5-117.6, 128x131072 41.6-41.9 / 43.1-46.0 -> 39.4-39.6 / 40.5; a tie at 128 KB (1024x32768
 // 77.2-77.5 / 75.7-76.2 -> 77.4-77.8 / 77.2-77.8), a loss for teams (4096x32000, 4 a block, 284.0-284.7 / 282.5-282.7
-// -> 326.3-326.7 / 327.4-327.5). Split fp32 rows are left to the other kernels (one probe won: 64x131072 in 2 chunks
-// 24.7-25.0 / 24.3-24.4 -> 23.3-23.4 / 22.5).
+// -> 326.3-326.7 / 327.4-327.5). Split fp32 rows as the 16-bit ones, chunks = sms / rows of >= kResidentMinChunkBytes
+// ("s67 call E"): 64x131072 (2 chunks) 24.5-24.8 / 24.3-24.5 -> 23.5-23.6 / 22.5-22.7, 32x300000 (4) 31.8-32.1 / 30.9
+// -> 27.4 / 27.2-27.3, 16x600000 (8) 31.5-32.2 / 31.6 -> 27.7 / 27.3, 44x200000 (3) 29.5-29.7 / 29.3-29.6 ->
+// 24.9-25.1 / 25.1-25.3, 20x151936 (6, 99 KB) 15.1-15.2 / 13.1-13.2 -> 14.4-14.5 / 11.8, 4x4194304 (33) 44.2-44.4 /
+// 45.5-45.9 -> 41.8-42.2 / 43.5-43.7, 2x2097152 (66) 18.3 / 16.6-16.7 -> 17.0-17.1 / 15.6-15.7, 1x8388608 (132)
+// 34.5-34.6 / 35.0 -> 25.6-25.7 / 25.8.
 constexpr int64_t kResidentMinRowBytes = 64 * 1024;
 constexpr int64_t kResidentMinChunkBytes = 96 * 1024;
 constexpr int64_t kResidentMinWavesRowBytes = 120 * 1024;
@@ -311,17 +315,16 @@ constexpr double kResidentMinFill = 0.9;  // the teams' blocks (resident_teams)
 template <typename T> int64_t resident_chunks(const RowsShape& s) {
   // (and a device whose opt-in shared memory holds the longest item's pieces next to the static arrays)
   if (!s.resident || s.smem_optin < kResidentMaxSmemBytes + 1024) return 0;
-  if (sizeof(T) == 4) {
-    const bool whole = s.rows > s.sms / 2;
-    return whole && s.row_bytes > kResidentMinFloatRowBytes && s.row_bytes <= kResidentMaxItemBytes ? 1 : 0;
-  }
+  const int64_t min_whole_row_bytes = sizeof(T) == 4  ? kResidentMinFloatRowBytes
+                                      : s.rows > s.sms ? kResidentMinWavesRowBytes
+                                                       : kResidentMinRowBytes;
   if (s.rows > s.sms) {
-    return s.row_bytes >= kResidentMinWavesRowBytes && s.row_bytes <= kResidentMaxItemBytes ? 1 : 0;
+    return s.row_bytes >= min_whole_row_bytes && s.row_bytes <= kResidentMaxItemBytes ? 1 : 0;
   }
   const int64_t chunks = s.sms / s.rows;
   if (chunks < resident_fewest_chunks(s.row_bytes)) return 0;
   const int64_t item_bytes = std::min(resident_chunk_elems<T>(s.len, chunks), s.len) * int64_t(sizeof(T));
-  return item_bytes >= (chunks == 1 ? kResidentMinRowBytes : kResidentMinChunkBytes) ? chunks : 0;
+  return item_bytes >= (chunks == 1 ? min_whole_row_bytes : kResidentMinChunkBytes) ? chunks : 0;
 }
 
 // The whole rows per block (teams) "auto" takes the resident kernel with, or 0: 16-bit rows that fill a team's
@@ -889,8 +892,9 @@ template <typename T> void softmax_cuda_typed(const SoftmaxProblem& p, cudaStrea
   const RowsPlan* forced = forced_rows_plan();
   if constexpr (sizeof(T) == 2) s.resident = s.aligned && resident_supported<T>();
   if constexpr (std::is_same_v<T, float>) {
-    // (the lookup checks 22 kernels: only for rows "auto" could take it for, resident_chunks, or a forced plan)
-    const bool wanted = s.row_bytes > kResidentMinFloatRowBytes && s.row_bytes <= kResidentMaxItemBytes;
+    // (the lookup checks 22 kernels: only for rows "auto" could take it for, resident_chunks, or a forced plan;
+    // every item of a shorter row would be under kResidentMinChunkBytes)
+    const bool wanted = s.row_bytes >= kResidentMinChunkBytes;
     s.resident = s.aligned && (wanted || forced != nullptr) && resident_supported<T>();
   }
   const RowsPlan plan = forced != nullptr ? *forced : heuristic_plan<T>(p, s);

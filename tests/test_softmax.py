@@ -867,7 +867,7 @@ def _resident_shapes(dtype=torch.bfloat16):
     if dtype == torch.float32:  # no teams: whole rows of 144-512 KB, rows of one wave cut in sms / rows chunks
         whole = ((sms - 1, 100000), (sms // 2 + 1, 131072), (3 * sms + 1, 66000), (sms + 2, 131072),
                  (2 * sms + 1, 40000))
-        chunks = ((sms // 2 - 1, 100000), (sms // 3, 151936), (4, 4194304), (1, 4194304), (sms // 8, 600000))
+        chunks = ((sms // 2 - 1, 100000), (sms // 3, 151936), (sms // 33, 4194304), (1, 4194304), (sms // 8, 600000))
         plans = {shape: "chunks=1,.*rows=0" for shape in whole}
         plans.update({(r, c): f"chunks={sms // r},.*rows=0" for r, c in chunks})
         return plans
@@ -897,7 +897,7 @@ def test_resident_whole_rows_cuda(dtype):
     # single-row kernel with bounds: registers and shared memory, no L2 part), also at 75 % of the SMs, and rows cut
     # into 2, 3, sms / 5 or sms items of 96-512 KB, the last item of a row shorter; and beyond one wave (a plain
     # launch), whole rows of 120-512 KB, one a block, the last wave part-filled. Fp32: whole rows of 144-512 KB,
-    # within one wave and beyond, and rows cut into 2, 3, 8, 33 or sms items of 127-508 KB.
+    # within one wave and beyond, and rows cut into 2, 3, 8, 33 or sms items of 124-497 KB.
     for shape in _resident_shapes(dtype):
         _run_accuracy("cuda", dtype, "auto", shape, -1, "contiguous")
 

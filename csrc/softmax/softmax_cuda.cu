@@ -311,6 +311,7 @@ constexpr int64_t kResidentMinRowBytes = 64 * 1024;
 constexpr int64_t kResidentMinChunkBytes = 96 * 1024;
 constexpr int64_t kResidentMinWavesRowBytes = 120 * 1024;
 constexpr int64_t kResidentMinFloatRowBytes = 144 * 1024;
+static_assert(2 * kResidentMinChunkBytes >= kResidentMinFloatRowBytes, "fp32 split rows start above the whole ones");
 constexpr double kResidentMinFill = 0.9;  // the teams' blocks (resident_teams)
 template <typename T> int64_t resident_chunks(const RowsShape& s) {
   // (and a device whose opt-in shared memory holds the longest item's pieces next to the static arrays)
@@ -401,8 +402,8 @@ bool unaligned_pipe_rows(const SoftmaxProblem& p, const RowsShape& s) {
 // (resident_chunks: up to one wave of rows in sms / rows items a row, whole rows of >= 64 KB or chunks of 96-512
 // KB, and beyond a wave whole rows of 120-512 KB, one a block; resident_teams: whole rows of 384-512 KB / teams,
 // 2, 4 or 8 a block, first where their items are exactly 512 KB or their blocks fit one wave), and so do fp32
-// whole rows of 144-512 KB in more rows than sms / 2. Unaligned rows on the output's grid take the pipelined
-// kernel where unaligned_pipe_rows says.
+// rows as resident_chunks cuts them (whole rows of 144-512 KB, chunks of 96-512 KB). Unaligned rows on the
+// output's grid take the pipelined kernel where unaligned_pipe_rows says.
 // FAE_SOFTMAX_CONFIG (softmax_plan.h) replaces this choice for benchmarks.
 template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const RowsShape& s) {
   using Traits = RowsTraits<T>;
@@ -892,9 +893,9 @@ template <typename T> void softmax_cuda_typed(const SoftmaxProblem& p, cudaStrea
   const RowsPlan* forced = forced_rows_plan();
   if constexpr (sizeof(T) == 2) s.resident = s.aligned && resident_supported<T>();
   if constexpr (std::is_same_v<T, float>) {
-    // (the lookup checks 22 kernels: only for rows "auto" could take it for, resident_chunks, or a forced plan;
-    // every item of a shorter row would be under kResidentMinChunkBytes)
-    const bool wanted = s.row_bytes >= kResidentMinChunkBytes;
+    // (the lookup checks 22 kernels: only for rows "auto" could take it for, resident_chunks, or a forced plan; a
+    // shorter row is neither a whole row of kResidentMinFloatRowBytes nor two chunks of kResidentMinChunkBytes)
+    const bool wanted = s.row_bytes >= kResidentMinFloatRowBytes;
     s.resident = s.aligned && (wanted || forced != nullptr) && resident_supported<T>();
   }
   const RowsPlan plan = forced != nullptr ? *forced : heuristic_plan<T>(p, s);

@@ -345,14 +345,18 @@ template <typename T> int64_t resident_chunks(const RowsShape& s) {
 // block 145.6-145.8 / 143.9-144.7 -> 126.5-127.6 / 127.2-127.7 (since s67 whole rows one a block: rows of 120 KB or
 // more take teams only where their items are exactly 512 KB or their blocks fit one wave; see resident_chunks).
 template <typename T> int64_t resident_teams(const RowsShape& s) {
-  // (and a device whose opt-in shared memory holds the pieces next to 8 teams' barriers and the scratch, ~1.2 KB)
-  if (sizeof(T) != 2 || !s.resident || s.smem_optin < kResidentMaxSmemBytes + 2048) return 0;
-  for (const int64_t teams : {2, 4, 8}) {
-    if (s.row_bytes * teams > kResidentMaxItemBytes || s.row_bytes * teams < kResidentOnChipItemBytes) continue;
-    const int64_t items = ceil_div(s.rows, teams);
-    return items >= kResidentMinFill * s.sms ? teams : 0;
+  if constexpr (sizeof(T) != 2) {
+    return 0;  // (fp32 teams lost: see resident_chunks; an else, so that the loop is not compiled unreachable)
+  } else {
+    // (and a device whose opt-in shared memory holds the pieces next to 8 teams' barriers and the scratch, ~1.2 KB)
+    if (!s.resident || s.smem_optin < kResidentMaxSmemBytes + 2048) return 0;
+    for (const int64_t teams : {2, 4, 8}) {
+      if (s.row_bytes * teams > kResidentMaxItemBytes || s.row_bytes * teams < kResidentOnChipItemBytes) continue;
+      const int64_t items = ceil_div(s.rows, teams);
+      return items >= kResidentMinFill * s.sms ? teams : 0;
+    }
+    return 0;
   }
-  return 0;
 }
 
 // Streaming chunks: 4 block-steps (64 KiB of fp32), more for rows so long that a row would have over 1024

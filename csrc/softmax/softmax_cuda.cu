@@ -147,8 +147,7 @@ struct RowsShape {
   bool pipe;      // the pipelined kernel can run: sm_90+ code for this device, aligned rows or unaligned ones
                   // whose output lies on the input's 16-byte grid (ItemVectors)
   bool dual;      // the dual-role kernel can run (the same conditions)
-  bool resident;  // the resident kernel can run: the same, for 16-bit types and fp32 (fp32: looked up only for
-                  // rows auto may take it for, or a forced plan)
+  bool resident;  // the resident kernel can run: the same, for 16-bit types and fp32
 };
 
 // Pipelined kernel (softmax_pipelined.cuh): 16 KiB ring pieces, as many as the opt-in shared memory holds
@@ -311,7 +310,6 @@ constexpr int64_t kResidentMinRowBytes = 64 * 1024;
 constexpr int64_t kResidentMinChunkBytes = 96 * 1024;
 constexpr int64_t kResidentMinWavesRowBytes = 120 * 1024;
 constexpr int64_t kResidentMinFloatRowBytes = 144 * 1024;
-static_assert(2 * kResidentMinChunkBytes >= kResidentMinFloatRowBytes, "fp32 split rows start above the whole ones");
 constexpr double kResidentMinFill = 0.9;  // the teams' blocks (resident_teams)
 template <typename T> int64_t resident_chunks(const RowsShape& s) {
   // (and a device whose opt-in shared memory holds the longest item's pieces next to the static arrays)
@@ -864,6 +862,32 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
   }
 }
 
+// Which sm_90 kernel families have their bodies on the current device (pipe_supported, dual_supported,
+// resident_supported), asked once per device and dtype. Why: each family's check is one memoized lookup (a lock
+// and a map search) per kernel, 25 of them, and every row call needs the answer, short rows included.
+constexpr uint8_t kAskedFamilies = 1, kPipeFamily = 2, kDualFamily = 4, kResidentFamily = 8;
+template <typename T> uint8_t sm90_families() {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<uint8_t> known[kMaxDevices];  // 0: not asked yet (static storage starts zeroed)
+  const auto ask = [] {
+    uint8_t bits = kAskedFamilies;
+    if (pipe_supported<T>()) bits |= kPipeFamily;
+    if (dual_supported<T>()) bits |= kDualFamily;
+    if constexpr (sizeof(T) == 2 || std::is_same_v<T, float>) {
+      if (resident_supported<T>()) bits |= kResidentFamily;
+    }
+    return bits;
+  };
+  const int device = current_cuda_device();
+  if (device < 0 || device >= kMaxDevices) return ask();
+  uint8_t bits = known[device].load(std::memory_order_relaxed);
+  if (bits == 0) {  // two threads asking at once both store the same answer
+    bits = ask();
+    known[device].store(bits, std::memory_order_relaxed);
+  }
+  return bits;
+}
+
 template <typename T> void softmax_cuda_typed(const SoftmaxProblem& p, cudaStream_t stream) {
   const T* x = static_cast<const T*>(p.x.const_data_ptr());
   T* y = static_cast<T*>(p.out.mutable_data_ptr());
@@ -892,16 +916,11 @@ template <typename T> void softmax_cuda_typed(const SoftmaxProblem& p, cudaStrea
   // Unaligned rows go to the pipelined kernel when the output's 16-byte grid is the input's (both fresh
   // tensors: the allocator aligns them alike), so one shift per item aligns both its copies and its stores.
   const bool same_grid = (reinterpret_cast<uintptr_t>(x) & 15) == (reinterpret_cast<uintptr_t>(y) & 15);
-  s.pipe = (s.aligned || same_grid) && pipe_supported<T>();
-  s.dual = s.aligned && dual_supported<T>();
+  const uint8_t families = sm90_families<T>();
+  s.pipe = (s.aligned || same_grid) && (families & kPipeFamily) != 0;
+  s.dual = s.aligned && (families & kDualFamily) != 0;
+  s.resident = s.aligned && (families & kResidentFamily) != 0;
   const RowsPlan* forced = forced_rows_plan();
-  if constexpr (sizeof(T) == 2) s.resident = s.aligned && resident_supported<T>();
-  if constexpr (std::is_same_v<T, float>) {
-    // (the lookup checks 22 kernels: only for rows "auto" could take it for, resident_chunks, or a forced plan; a
-    // shorter row is neither a whole row of kResidentMinFloatRowBytes nor two chunks of kResidentMinChunkBytes)
-    const bool wanted = s.row_bytes >= kResidentMinFloatRowBytes;
-    s.resident = s.aligned && (wanted || forced != nullptr) && resident_supported<T>();
-  }
   const RowsPlan plan = forced != nullptr ? *forced : heuristic_plan<T>(p, s);
   if (log_rows_plans()) {
     std::fprintf(stderr, "flash_attn_ext softmax plan: %lldx%lld %s\n", static_cast<long long>(s.rows),

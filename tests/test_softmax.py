@@ -802,6 +802,22 @@ for dtype in (torch.bfloat16, torch.float16, torch.float32):
         x = t.special_rows(length, dtype, "cuda")
         for op, ref, base in ops:
             t.assert_special_match(op(x, -1), base(x, -1), ref(x, -1), op.__name__ + " special values")
+    # Unaligned rows (odd lengths: row r starts r * length elements off the grid, every shift of a vector among
+    # the rows), the fresh output on the input's grid: each item's edge vectors, folded and stored element by
+    # element by thread 0 (a row's first and last vector; a split row's chunks share theirs), at the bytes above.
+    odd = ((5, 4097), (7, 40_001), (3, 1_000_009), (9, 262_143), (2, 4_194_311))
+    if dtype == torch.float32:
+        odd = ((5, 4097), (7, 40_001), (3, 500_005), (9, 131_071), (2, 2_097_155))
+    if "chunks" in os.environ["FAE_SOFTMAX_CONFIG"]:
+        odd = odd[:3]
+    for shape in odd:
+        x = t.make_input(shape, dtype, "cuda")
+        for op, ref, base in ops:
+            t.poison("cuda", x.numel() * x.element_size())
+            t.check_against_reference(op(x, -1), ref(x, -1), base(x, -1), dtype, op.__name__ + str(shape))
+    x = t.special_rows(80_000 // size + 1, dtype, "cuda")
+    for op, ref, base in ops:
+        t.assert_special_match(op(x, -1), base(x, -1), ref(x, -1), op.__name__ + " special values, unaligned")
 print("checked")
 """
 
@@ -812,7 +828,7 @@ print("checked")
 def test_forced_resident_cuda(config):
     # The resident kernel (16-bit and fp32 softmax and log_softmax, rows * chunks <= SMs), forced on shapes "auto" gives
     # other kernels too: every part of an item (registers, shared-memory pieces, the L2 part) with its tails,
-    # whole and split rows, special values.
+    # whole and split rows, unaligned rows (edge vectors), special values.
     if torch.cuda.get_device_capability() < (9, 0):
         pytest.skip("the resident kernel needs sm_90")
     child = run_in_fresh_python(RESIDENT_CHECK, timeout=None, FAE_SOFTMAX_CONFIG=config)
@@ -868,6 +884,8 @@ def _resident_shapes(dtype=torch.bfloat16):
         whole = ((sms - 1, 100000), (sms // 2 + 1, 131072), (3 * sms + 1, 66000), (sms + 2, 131072),
                  (2 * sms + 1, 40000))
         chunks = ((sms // 2 - 1, 100000), (sms // 3, 151936), (sms // 33, 4194304), (1, 4194304), (sms // 8, 600000))
+        whole += ((sms - 1, 100001), (2 * sms + 1, 40001))  # unaligned rows (odd lengths): edge vectors
+        chunks += ((sms // 3, 151937), (1, 4194303))
         plans = {shape: "chunks=1,.*rows=0" for shape in whole}
         plans.update({(r, c): f"chunks={sms // r},.*rows=0" for r, c in chunks})
         return plans
@@ -878,6 +896,9 @@ def _resident_shapes(dtype=torch.bfloat16):
               (sms // 2 - 6, 151936), (sms // 3, 151936), (5, 4194304), (1, 8388608))
     waves = ((sms + 1, 151936), (2 * sms + 7, 200000), (3 * sms - 5, 262144), (6 * sms - 1, 110000),
              (sms + 9, 61440), (8 * sms + 1, 66000))
+    # unaligned rows (odd lengths), no teams: whole rows within one wave and beyond, split rows
+    chunks += ((sms - 4, 32769), (sms // 2, 300001), (5, 4194303))
+    waves += ((sms + 1, 151937), (3 * sms - 5, 262143))
     plans = {shape: f"chunks=1,.*rows={t}" for shape, t in teams.items()}
     plans.update({(r, c): f"chunks={sms // r},.*rows=0" for r, c in chunks})
     plans.update({shape: "chunks=1,.*rows=0" for shape in waves})
@@ -897,7 +918,8 @@ def test_resident_whole_rows_cuda(dtype):
     # single-row kernel with bounds: registers and shared memory, no L2 part), also at 75 % of the SMs, and rows cut
     # into 2, 3, sms / 5 or sms items of 96-512 KB, the last item of a row shorter; and beyond one wave (a plain
     # launch), whole rows of 120-512 KB, one a block, the last wave part-filled. Fp32: whole rows of 144-512 KB,
-    # within one wave and beyond, and rows cut into 2, 3, 8, 33 or sms items of 124-497 KB.
+    # within one wave and beyond, and rows cut into 2, 3, 8, 33 or sms items of 124-497 KB. Unaligned rows (odd
+    # lengths) among both, on the single-item kernel with edge vectors.
     for shape in _resident_shapes(dtype):
         _run_accuracy("cuda", dtype, "auto", shape, -1, "contiguous")
 
@@ -947,7 +969,10 @@ def test_resident_routing_cuda():
     ("kind=resident", "torch.randn(64, 4096, device='cuda', dtype=torch.float64)", "16-bit or fp32"),
     ("kind=resident,chunks=2", "torch.randn(200, 4096, device='cuda', dtype=torch.bfloat16)", "more items than SMs"),
     ("kind=resident,chunks=1", "torch.randn(2, 1_048_576, device='cuda', dtype=torch.bfloat16)",
-     "chunks of more than 512 KB")])
+     "chunks of more than 512 KB"),
+    ("kind=resident,rows=2", "torch.randn(64, 4097, device='cuda', dtype=torch.bfloat16)", "aligned rows"),
+    ("kind=resident", "torch.randn(64 * 4096 + 1, device='cuda', dtype=torch.bfloat16)[1:].view(64, 4096)",
+     "output on the input's grid")])
 def test_forced_resident_errors_cuda(config, code, message):
     if torch.cuda.get_device_capability() < (9, 0):
         pytest.skip("the resident kernel needs sm_90 (before it, the error names that)")

@@ -147,7 +147,7 @@ struct RowsShape {
   bool pipe;      // the pipelined kernel can run: sm_90+ code for this device, aligned rows or unaligned ones
                   // whose output lies on the input's 16-byte grid (ItemVectors)
   bool dual;      // the dual-role kernel can run (the same conditions)
-  bool resident;  // the resident kernel can run: the same, for 16-bit types and fp32
+  bool resident;  // the resident kernel can run: the same, for 16-bit types and fp32 (teams: aligned rows only)
 };
 
 // Pipelined kernel (softmax_pipelined.cuh): 16 KiB ring pieces, as many as the opt-in shared memory holds
@@ -347,7 +347,7 @@ template <typename T> int64_t resident_teams(const RowsShape& s) {
     return 0;  // (fp32 teams lost: see resident_chunks; an else, so that the loop is not compiled unreachable)
   } else {
     // (and a device whose opt-in shared memory holds the pieces next to 8 teams' barriers and the scratch, ~1.2 KB)
-    if (!s.resident || s.smem_optin < kResidentMaxSmemBytes + 2048) return 0;
+    if (!s.resident || !s.aligned || s.smem_optin < kResidentMaxSmemBytes + 2048) return 0;
     for (const int64_t teams : {2, 4, 8}) {
       if (s.row_bytes * teams > kResidentMaxItemBytes || s.row_bytes * teams < kResidentOnChipItemBytes) continue;
       const int64_t items = ceil_div(s.rows, teams);
@@ -465,7 +465,9 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
   // Unaligned rows (s.pipe: the output on the input's grid) take the pipelined kernel only where it beat the
   // split kernel, which also moves them as 16-byte vectors (load_group_shifted), and the dual and resident
   // kernels take aligned rows only: tensors of >= 16 MiB whose rows are <= 128 KiB or few (unaligned_pipe_rows).
-  if (auto_alg && s.pipe && (s.aligned || unaligned_pipe_rows(p, s)) && threads > kSplitThreads) {
+  // Unaligned rows the resident kernel holds take it as aligned ones would (its edge vectors), whatever their size.
+  const bool pipe_rows = s.aligned || unaligned_pipe_rows(p, s);
+  if (auto_alg && s.pipe && threads > kSplitThreads && (pipe_rows || (auto_rows && resident_chunks<T>(s) > 0))) {
     // logsumexp keeps nothing for a store pass, so nothing need stay on chip: the streaming reduce (many
     // small blocks, all of the SM's warps folding) against the best of the pipelined and dual plans (one
     // block of 4-8 folding warps per ring), H100 sweep through the op, cold (NOTES "22a594a"): bf16
@@ -476,8 +478,9 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
       plan.steps = stream_steps_per_chunk<T>(s.len);
       return plan;
     }
-    // 0. Resident (sm_90+, 16-bit or fp32, aligned): items a block holds whole (resident_chunks, resident_teams);
-    // teams first where their items are exactly 512 KB (the instantiation without bounds) or fill one wave.
+    // 0. Resident (sm_90+, 16-bit or fp32; unaligned rows with the output on the input's grid, no teams): items a
+    // block holds whole (resident_chunks, resident_teams); teams first where their items are exactly 512 KB (the
+    // instantiation without bounds) or fill one wave.
     const int64_t resident_items = resident_chunks<T>(s);
     const int64_t teams = resident_teams<T>(s);
     const bool teams_first = teams > 0 && (resident_items == 0 || s.row_bytes * teams == kResidentMaxItemBytes ||
@@ -806,13 +809,17 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
   }
 
   if (plan.kind == RowsKind::Resident) {
-    if (!s.resident) fail("the resident kernel needs 16-bit or fp32, 16-byte aligned rows and sm_90 code");
+    if (!s.resident) {
+      fail("the resident kernel needs 16-bit or fp32 rows, 16-byte aligned or with the output on the input's grid, "
+           "and sm_90 code");
+    }
     if (p.output == SoftmaxOutput::LogSumExp) fail("the resident kernel stores rows: softmax and log_softmax only");
     if constexpr (sizeof(T) == 2 || std::is_same_v<T, float>) {
       if (plan.rows > 1) {
         if (plan.rows != 2 && plan.rows != 4 && plan.rows != 8) fail("rows must be 0, 1, 2, 4 or 8");
         if (plan.chunks > 1) fail("rows > 1 holds whole rows: chunks must be 0 or 1");
         if (plan.rows * s.row_bytes > kResidentMaxItemBytes) fail("rows of more than 512 KB / rows");
+        if (!s.aligned) fail("rows > 1 needs 16-byte aligned rows");
         PipeParams<T> pp{x, y, s.rows, s.len, s.len, 1, 0, 0, p.output, {}};
         pp.teams = plan.rows;
         if (resident_rows_blocks_per_sm<T>(pp) < 1) fail("the block cannot be resident");
@@ -919,7 +926,7 @@ template <typename T> void softmax_cuda_typed(const SoftmaxProblem& p, cudaStrea
   const uint8_t families = sm90_families<T>();
   s.pipe = (s.aligned || same_grid) && (families & kPipeFamily) != 0;
   s.dual = s.aligned && (families & kDualFamily) != 0;
-  s.resident = s.aligned && (families & kResidentFamily) != 0;
+  s.resident = (s.aligned || same_grid) && (families & kResidentFamily) != 0;
   const RowsPlan* forced = forced_rows_plan();
   const RowsPlan plan = forced != nullptr ? *forced : heuristic_plan<T>(p, s);
   if (log_rows_plans()) {

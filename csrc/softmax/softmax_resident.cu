@@ -3,6 +3,7 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <cstdint>
 
 #include "common/cuda_check.h"
 #include "common/kernel_launch.h"
@@ -50,7 +51,12 @@ template <typename T, int kTeams> auto resident_team_kernel_for(const PipeParams
     return p.output == SoftmaxOutput::Softmax ? resident::library_kernel<T, true, decltype(fill)::value, kTeams>
                                               : resident::library_kernel<T, false, decltype(fill)::value, kTeams>;
   };
-  if (p.chunk_elems * int64_t(sizeof(T)) * kTeams == kResidentMaxItemBytes && p.len % p.chunk_elems == 0 &&
+  // Unaligned rows (an odd length or a base off the 16-byte grid; the host sends them with the output on the
+  // input's grid) take the single-item Bounded instantiation, the one with edge code.
+  const bool aligned = reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && reinterpret_cast<uintptr_t>(p.y) % 16 == 0 &&
+                       p.len * int64_t(sizeof(T)) % 16 == 0;
+  TORCH_CHECK(aligned || kTeams == 1, "resident kernel: teams need 16-byte aligned rows");
+  if (aligned && p.chunk_elems * int64_t(sizeof(T)) * kTeams == kResidentMaxItemBytes && p.len % p.chunk_elems == 0 &&
       p.rows % kTeams == 0) {
     return for_fill(std::integral_constant<ItemFill, ItemFill::Whole>{});
   }

@@ -90,6 +90,23 @@ template <typename T> __device__ __forceinline__ auto item_terms_at(float m) {
   }
 }
 
+// v with its elements outside [lo, hi) (element indices of the vector) as -inf, so that a fold sees only the item's
+// own elements of an edge vector (pipe::ItemVectors).
+template <typename T> __device__ __forceinline__ uint4 outside_as_neg_inf(uint4 v, int lo, int hi) {
+  constexpr int kElems = 16 / sizeof(T);
+  constexpr uint32_t kElemMask = sizeof(T) == 4 ? 0xffffffffu : 0xffffu;
+  const uint4 ninf = neg_inf_vector<T>();
+  uint32_t w[4] = {v.x, v.y, v.z, v.w};
+  const uint32_t n[4] = {ninf.x, ninf.y, ninf.z, ninf.w};
+#pragma unroll
+  for (int j = 0; j < kElems; ++j) {
+    const int word = j * int(sizeof(T)) / 4;
+    const uint32_t mask = kElemMask << (j * int(sizeof(T)) % 4 * 8);
+    if (j < lo || j >= hi) w[word] = (w[word] & ~mask) | (n[word] & mask);
+  }
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
 // The sum of e(x) over N vectors.
 template <typename T, int N, typename Exp>
 __device__ __forceinline__ float sum_of_terms(const uint4 (&raw)[N], const Exp& e) {
@@ -226,6 +243,7 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
   extern __shared__ __align__(128) uint4 block_held[];
   __shared__ uint64_t block_bars[kMaxPieces * kTeams];
   __shared__ OnlineState<float> scratch[kRowScratch];
+  __shared__ uint4 edge_held[2];  // an unaligned item's edge vectors (kShiftable)
   const int t = threadIdx.x % kTeamThreads;
   const int team = threadIdx.x / kTeamThreads;
   // Each team's pieces are sized for a whole row (the host's resident_smem_bytes), a team's after the one before.
@@ -238,7 +256,16 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
   uint64_t* const bars = block_bars + team * kMaxPieces;
   const int64_t item = blockIdx.x;
   const RowChunk span(kTeams > 1 ? item * kTeams + team : item, p.chunks, p.chunk_elems, p.len);
-  const int nvec = kWhole ? int(kResidentMaxItemBytes / 16 / kTeams) : static_cast<int>(span.end - span.begin) / kElems;
+  // The item's 16-byte vectors on the memory's grid (pipe::ItemVectors): [iv.lo, iv.hi) lie wholly in the item and
+  // take the parts below; the edges, a vector the item shares with its neighbours (an unaligned row: odd length or
+  // base off the grid, the output on the input's grid), are thread 0's, element by element. Only the single-item
+  // Bounded instantiation takes unaligned rows (the host's resident_team_kernel_for); in the others the edge code
+  // folds away.
+  constexpr bool kShiftable = kFill == ItemFill::Bounded && kTeams == 1;
+  const T* const x_first = p.x + span.row * p.len + span.begin;
+  const pipe::ItemVectors<T> iv(x_first, span.begin, span.end, kShiftable);
+  const bool edges = kShiftable && t == 0 && (iv.head_edge() || iv.tail_edge());
+  const int nvec = kWhole ? int(kResidentMaxItemBytes / 16 / kTeams) : iv.hi - iv.lo;
   const int reg_vecs = kOnChip ? kRegVecs * kTeamThreads : min(nvec, kRegVecs * kTeamThreads);
   const int smem_vecs = kOnChip ? kMaxPieces * kTeamPieceVecs : min(nvec - reg_vecs, kMaxPieces * kTeamPieceVecs);
   const int pieces = (smem_vecs + kTeamPieceVecs - 1) / kTeamPieceVecs;
@@ -257,7 +284,8 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
     return;
   }
   const uint64_t evict_first = l2_policy_evict_first(), evict_last = l2_policy_evict_last();
-  const uint4* xr = reinterpret_cast<const uint4*>(p.x + span.row * p.len + span.begin);
+  const uint4* const xg = reinterpret_cast<const uint4*>(x_first - iv.shift);  // vector 0 of iv
+  const uint4* xr = xg + iv.lo;
   const uint4* xs = xr + reg_vecs;
   const uint4* xl = xs + smem_vecs;
 
@@ -266,6 +294,14 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
   for (int s = 0; s < kRegVecs; ++s) {
     const int v = s * kTeamThreads + t;
     raw[s] = kOnChip || v < reg_vecs ? load16_policy(xr + v, evict_first) : neg_inf_vector<T>();
+  }
+  // The edges, read whole (their other elements lie in the same 16-byte granules, on the item's pages) into shared
+  // memory, where the store pass finds them too. Why not registers: held beside the register part, 8 more made the
+  // Bounded kernel spill 16 B (ptxas; every aligned item takes that kernel too).
+  const int tail = iv.vecs - 1;
+  if (edges) {
+    if (iv.head_edge()) cp_async16(edge_held, xg);
+    if (iv.tail_edge()) cp_async16(edge_held + 1, xg + tail);
   }
   if (t == 0) {
     for (int k = 0; k < pieces; ++k) {
@@ -283,6 +319,14 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
     const float m = packed_max_of<T>(raw);
     const auto e = item_terms_at<T>(m);
     st = {m, sum_of_terms<T>(raw, e) * e.correction};
+  }
+  if (edges) {
+    cp_async_wait_all();
+    const uint4 edge[2] = {
+        iv.head_edge() ? outside_as_neg_inf<T>(edge_held[0], iv.shift, iv.shift + iv.length) : neg_inf_vector<T>(),
+        iv.tail_edge() ? outside_as_neg_inf<T>(edge_held[1], 0, iv.shift + iv.length - tail * kElems)
+                       : neg_inf_vector<T>()};
+    fold_vectors<T>(st, edge);
   }
   uint4 group[kL2Depth][kL2Group];
   const auto load_group = [&](uint4 (&g)[kL2Group], int index) {
@@ -344,7 +388,8 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
     for (int j = 0; j < kElems; ++j) w[j] = term(w[j]);
     return VecIO<T>::pack(w);
   };
-  uint4* y = reinterpret_cast<uint4*>(p.y + span.row * p.len + span.begin);
+  T* const y_first = p.y + span.row * p.len + span.begin;
+  uint4* y = reinterpret_cast<uint4*>(y_first - iv.shift) + iv.lo;
   uint4* yl = y + reg_vecs + smem_vecs;
   const int l2_rounds = (l2_vecs + kTeamThreads - 1) / kTeamThreads;
 #pragma unroll 1
@@ -367,6 +412,21 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
   }
 #pragma unroll 2
   for (int v = t; v < smem_vecs; v += kTeamThreads) store16_streaming(y + reg_vecs + v, out(held[v]));
+  if (edges) {
+    T* const yg = y_first - iv.shift;  // element 0 of vector 0 of iv
+#pragma unroll
+    for (int g = 0; g < 2; ++g) {
+      const int v = g == 0 ? 0 : tail;
+      if (g == 0 ? !iv.head_edge() : !iv.tail_edge()) continue;
+      const uint4 o = out(edge_held[g]);
+      T e[kElems];
+      memcpy(e, &o, 16);
+#pragma unroll
+      for (int j = 0; j < kElems; ++j) {
+        if (iv.inside(v, j)) yg[int64_t(v) * kElems + j] = e[j];
+      }
+    }
+  }
 #endif
 }
 

@@ -306,17 +306,27 @@ int64_t resident_fewest_chunks(int64_t row_bytes) { return ceil_div(row_bytes, k
 // 24.9-25.1 / 25.1-25.3, 20x151936 (6, 99 KB) 15.1-15.2 / 13.1-13.2 -> 14.4-14.5 / 11.8, 4x4194304 (33) 44.2-44.4 /
 // 45.5-45.9 -> 41.8-42.2 / 43.5-43.7, 2x2097152 (66) 18.3 / 16.6-16.7 -> 17.0-17.1 / 15.6-15.7, 1x8388608 (132)
 // 34.5-34.6 / 35.0 -> 25.6-25.7 / 25.8.
+// Unaligned rows (odd lengths; the single-item kernel with edge vectors) as the aligned ones, except 16-bit whole rows
+// beyond one wave from kResidentMinUnalignedWavesRowBytes: their other kernel is the shifted pipelined one, no teams or
+// dual. Us cold / streamed, auto before -> resident ("s68 call 2"): bf16 1024x50257 (98 KB) 89.5-90.0 / 87.8 (0.92x
+// torch's log_softmax) -> 78.8 / 76.9, 2048x50257 168.3-168.9 / 166.8-167.3 -> 144.9 / 144.3, 128x262143 58.9-59.2 /
+// 60.2-60.3 -> 43.3-43.5 / 43.9, 8x4194303 63.5 / 63.6-63.9 -> 42.3 / 43.6, 300x73727 41.9-42.5 / 40.5-40.7 ->
+// 37.5-37.6 / 35.4-35.8; fp32 1024x50257 143.3-143.8 / 143.9-144.3 -> 119.4-119.6 / 117.4-117.7, 128x131071 54.2-54.3
+// / 54.7-55.1 -> 43.2-43.7 / 44.4-44.7, 64x100003 25.7-25.9 / 24.3-24.4 -> 22.2-22.5 / 20.3; bf16 1024x32767 (64 KB)
+// lost: 46.9 / 47.8 -> 67.9 / 65.7.
 constexpr int64_t kResidentMinRowBytes = 64 * 1024;
 constexpr int64_t kResidentMinChunkBytes = 96 * 1024;
 constexpr int64_t kResidentMinWavesRowBytes = 120 * 1024;
 constexpr int64_t kResidentMinFloatRowBytes = 144 * 1024;
+constexpr int64_t kResidentMinUnalignedWavesRowBytes = 96 * 1024;
 constexpr double kResidentMinFill = 0.9;  // the teams' blocks (resident_teams)
 template <typename T> int64_t resident_chunks(const RowsShape& s) {
   // (and a device whose opt-in shared memory holds the longest item's pieces next to the static arrays)
   if (!s.resident || s.smem_optin < kResidentMaxSmemBytes + 1024) return 0;
   const int64_t min_whole_row_bytes = sizeof(T) == 4  ? kResidentMinFloatRowBytes
-                                      : s.rows > s.sms ? kResidentMinWavesRowBytes
-                                                       : kResidentMinRowBytes;
+                                      : s.rows <= s.sms ? kResidentMinRowBytes
+                                      : s.aligned       ? kResidentMinWavesRowBytes
+                                                        : kResidentMinUnalignedWavesRowBytes;
   if (s.rows > s.sms) {
     return s.row_bytes >= min_whole_row_bytes && s.row_bytes <= kResidentMaxItemBytes ? 1 : 0;
   }
@@ -404,8 +414,9 @@ bool unaligned_pipe_rows(const SoftmaxProblem& p, const RowsShape& s) {
 // (resident_chunks: up to one wave of rows in sms / rows items a row, whole rows of >= 64 KB or chunks of 96-512
 // KB, and beyond a wave whole rows of 120-512 KB, one a block; resident_teams: whole rows of 384-512 KB / teams,
 // 2, 4 or 8 a block, first where their items are exactly 512 KB or their blocks fit one wave), and so do fp32
-// rows as resident_chunks cuts them (whole rows of 144-512 KB, chunks of 96-512 KB). Unaligned rows on the
-// output's grid take the pipelined kernel where unaligned_pipe_rows says.
+// rows as resident_chunks cuts them (whole rows of 144-512 KB, chunks of 96-512 KB); unaligned rows on the output's
+// grid take the resident kernel as aligned ones (no teams; 16-bit whole rows beyond one wave from 96 KB), else the
+// pipelined kernel where unaligned_pipe_rows says.
 // FAE_SOFTMAX_CONFIG (softmax_plan.h) replaces this choice for benchmarks.
 template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const RowsShape& s) {
   using Traits = RowsTraits<T>;

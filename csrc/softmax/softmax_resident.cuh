@@ -1,6 +1,6 @@
 #pragma once
-// Resident row kernel (sm_90+, 16-bit types; fp32 when forced) for tensors that fit on chip and in a slice of L2: one
-// block per SM holds one item (row * chunks + chunk, at most kResidentMaxItemBytes) from its first read to its store,
+// Resident row kernel (sm_90+, 16-bit types and fp32, unaligned rows too) for tensors that fit on chip and in a
+// slice of L2: one block per SM holds one item (row * chunks + chunk, at most kResidentMaxItemBytes) from its first read to its store,
 // in registers (kRegVecs vectors a thread), in shared memory (bulk-copied 16 KB pieces) and, for what is left, in L2
 // (read under an evict-last policy, folded, read again for the store). Phase A reads and folds the whole item, the
 // row's (m, d) is exchanged once (reduce_item_state), phase B stores it all. Why: the dual kernel (softmax_dual.cuh)

@@ -785,39 +785,28 @@ ops = ((fae.softmax, softmax_ref, torch.softmax), (fae.log_softmax, log_softmax_
 # items from a few KB (registers only) to 512 KB (registers, shared memory and L2), last chunks shorter, part-filled
 # pieces and L2 groups (16-bit 1_000_008 elements: chunks of 250_048); items of exactly 512 KB (the kernel without
 # bounds), one and 16 to a row; fp32 the same bytes (forced: auto takes only whole fp32 rows); a forced chunk count:
-# the shapes it fits
+# the shapes it fits. Then unaligned rows at the same bytes (odd lengths: row r starts r * length elements off the
+# grid, every shift of a vector among the rows), the fresh output on the input's grid: each item's edge vectors,
+# folded and stored element by element by thread 0 (a row's first and last vector; a split row's chunks share theirs).
 shapes16 = ((5, 4096), (7, 40_000), (3, 1_000_008), (2, 4_194_312), (2, 4_194_304), (128, 262_144))
 shapes32 = ((5, 4096), (7, 40_000), (3, 500_004), (2, 2_097_156), (2, 2_097_152), (128, 131_072))
+odd16 = ((5, 4097), (7, 40_001), (3, 1_000_009), (9, 262_143), (2, 4_194_311))
+odd32 = ((5, 4097), (7, 40_001), (3, 500_005), (9, 131_071), (2, 2_097_155))
 for dtype in (torch.bfloat16, torch.float16, torch.float32):
-    shapes = shapes32 if dtype == torch.float32 else shapes16
+    shapes, odd = (shapes32, odd32) if dtype == torch.float32 else (shapes16, odd16)
     if "chunks" in os.environ["FAE_SOFTMAX_CONFIG"]:
-        shapes = shapes[:3]
-    for shape in shapes:
+        shapes, odd = shapes[:3], odd[:3]
+    for shape in shapes + odd:
         x = t.make_input(shape, dtype, "cuda")
         for op, ref, base in ops:
             t.poison("cuda", x.numel() * x.element_size())
             t.check_against_reference(op(x, -1), ref(x, -1), base(x, -1), dtype, op.__name__ + str(shape))
     size = torch.finfo(dtype).bits // 8
-    for length in (80_000 // size, 1_048_576 // size):  # the second: 512 KB items, two to a row (without chunks=N)
+    # the second: 512 KB items, two to a row (without chunks=N); the third unaligned
+    for length in (80_000 // size, 1_048_576 // size, 80_000 // size + 1):
         x = t.special_rows(length, dtype, "cuda")
         for op, ref, base in ops:
-            t.assert_special_match(op(x, -1), base(x, -1), ref(x, -1), op.__name__ + " special values")
-    # Unaligned rows (odd lengths: row r starts r * length elements off the grid, every shift of a vector among
-    # the rows), the fresh output on the input's grid: each item's edge vectors, folded and stored element by
-    # element by thread 0 (a row's first and last vector; a split row's chunks share theirs), at the bytes above.
-    odd = ((5, 4097), (7, 40_001), (3, 1_000_009), (9, 262_143), (2, 4_194_311))
-    if dtype == torch.float32:
-        odd = ((5, 4097), (7, 40_001), (3, 500_005), (9, 131_071), (2, 2_097_155))
-    if "chunks" in os.environ["FAE_SOFTMAX_CONFIG"]:
-        odd = odd[:3]
-    for shape in odd:
-        x = t.make_input(shape, dtype, "cuda")
-        for op, ref, base in ops:
-            t.poison("cuda", x.numel() * x.element_size())
-            t.check_against_reference(op(x, -1), ref(x, -1), base(x, -1), dtype, op.__name__ + str(shape))
-    x = t.special_rows(80_000 // size + 1, dtype, "cuda")
-    for op, ref, base in ops:
-        t.assert_special_match(op(x, -1), base(x, -1), ref(x, -1), op.__name__ + " special values, unaligned")
+            t.assert_special_match(op(x, -1), base(x, -1), ref(x, -1), f"{op.__name__} special values, {length}")
 print("checked")
 """
 

@@ -1,17 +1,17 @@
 #pragma once
-// Resident row kernel (sm_90+, 16-bit types and fp32, unaligned rows too) for tensors that fit on chip and in a
-// slice of L2: one block per SM holds one item (row * chunks + chunk, at most kResidentMaxItemBytes) from its first read to its store,
-// in registers (kRegVecs vectors a thread), in shared memory (bulk-copied 16 KB pieces) and, for what is left, in L2
-// (read under an evict-last policy, folded, read again for the store). Phase A reads and folds the whole item, the
-// row's (m, d) is exchanged once (reduce_item_state), phase B stores it all. Why: the dual kernel (softmax_dual.cuh)
-// must hold about half the input on chip and write it late, and streamed its bf16 split rows ran 53-54 us against the
-// 85 % line of 52.6; here every SM reads, then writes, and the whole call has one exchange per row. H100, bf16,
-// streamed, through the op (sweep_softmax.py), against the dual kernel in the same run (NOTES "s55 call 9"): 128x262144
-// (one row per block) 50.0-50.4 us against 53.9, 8x4194304 (16 blocks per row) 52.2-52.4 against 53.4, 64x524288 51.6
-// against 52.9, 4x8388608 52.6 against 55.1, 120x262144 47.9 against 50.6; a copy of the same bytes 46.3. A probe of
-// the same design (s55 calls 1-5) ran 49.5 / 51.7 us on the first two shapes; with items of exactly 512 KB on their own
-// instantiation (ItemFill::Whole) the kernel reads 49.6 / 52.2 beside it (s56 call 1). Each element is read from DRAM
-// once and written once.
+// Resident row kernel (sm_90+, 16-bit types and fp32, unaligned rows too) for tensors that fit on chip and in a slice
+// of L2: one block per SM holds one item (row * chunks + chunk, at most kResidentMaxItemBytes) from its first read to
+// its store, in registers (kRegVecs vectors a thread), in shared memory (bulk-copied 16 KB pieces) and, for what is
+// left, in L2 (read under an evict-last policy, folded, read again for the store). Phase A reads and folds the whole
+// item, the row's (m, d) is exchanged once (reduce_item_state), phase B stores it all. Why: the dual kernel
+// (softmax_dual.cuh) must hold about half the input on chip and write it late, and streamed its bf16 split rows ran
+// 53-54 us against the 85 % line of 52.6; here every SM reads, then writes, and the whole call has one exchange per
+// row. H100, bf16, streamed, through the op (sweep_softmax.py), against the dual kernel in the same run (NOTES "s55
+// call 9"): 128x262144 (one row per block) 50.0-50.4 us against 53.9, 8x4194304 (16 blocks per row) 52.2-52.4 against
+// 53.4, 64x524288 51.6 against 52.9, 4x8388608 52.6 against 55.1, 120x262144 47.9 against 50.6; a copy of the same
+// bytes 46.3. A probe of the same design (s55 calls 1-5) ran 49.5 / 51.7 us on the first two shapes; with items of
+// exactly 512 KB on their own instantiation (ItemFill::Whole) the kernel reads 49.6 / 52.2 beside it (s56 call 1). Each
+// element is read from DRAM once and written once.
 #include "common/l2_policy.cuh"
 #include "softmax/softmax_dual.cuh"
 

@@ -473,10 +473,10 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
   //     512x131072 110 vs 118-120, fp16 alike. 16-bit whole rows of 80-128 KB too since s33 (below; s18 had 2048x65536
   //     at 219 vs 200 with 16 register-role loads in flight), the shorter ones stay pipelined, and fp64 rows (its dual
   //     kernel spills; not timed).
-  // Unaligned rows (s.pipe: the output on the input's grid) take the pipelined kernel only where it beat the
-  // split kernel, which also moves them as 16-byte vectors (load_group_shifted), and the dual and resident
-  // kernels take aligned rows only: tensors of >= 16 MiB whose rows are <= 128 KiB or few (unaligned_pipe_rows).
-  // Unaligned rows the resident kernel holds take it as aligned ones would (its edge vectors), whatever their size.
+  // Unaligned rows (s.pipe: the output on the input's grid) take the resident kernel as aligned ones would (its edge
+  // vectors), whatever their size, and otherwise the pipelined kernel only where it beat the split kernel, which also
+  // moves them as 16-byte vectors (load_group_shifted): tensors of >= 16 MiB whose rows are <= 128 KiB or few
+  // (unaligned_pipe_rows); the dual kernel takes aligned rows only.
   const bool pipe_rows = s.aligned || unaligned_pipe_rows(p, s);
   if (auto_alg && s.pipe && threads > kSplitThreads && (pipe_rows || (auto_rows && resident_chunks<T>(s) > 0))) {
     // logsumexp keeps nothing for a store pass, so nothing need stay on chip: the streaming reduce (many

@@ -784,7 +784,7 @@ from reference import softmax_ref, log_softmax_ref
 ops = ((fae.softmax, softmax_ref, torch.softmax), (fae.log_softmax, log_softmax_ref, torch.log_softmax))
 # items from a few KB (registers only) to 512 KB (registers, shared memory and L2), last chunks shorter, part-filled
 # pieces and L2 groups (16-bit 1_000_008 elements: chunks of 250_048); items of exactly 512 KB (the kernel without
-# bounds), one and 16 to a row; fp32 the same bytes (forced: auto takes only whole fp32 rows); a forced chunk count:
+# bounds), one and 16 to a row; fp32 the same bytes; a forced chunk count:
 # the shapes it fits. Then unaligned rows at the same bytes (odd lengths: row r starts r * length elements off the
 # grid, every shift of a vector among the rows), the fresh output on the input's grid: each item's edge vectors,
 # folded and stored element by element by thread 0 (a row's first and last vector; a split row's chunks share theirs).

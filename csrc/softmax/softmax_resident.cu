@@ -21,6 +21,8 @@ template <typename T, int kTeams> bool resident_teams_supported() {
   using resident::ItemFill;
   if constexpr (kTeams > 1) {
     if (!resident_fill_supported<T, ItemFill::OnChip, kTeams>()) return false;
+  } else {
+    if (!resident_fill_supported<T, ItemFill::Shifted, kTeams>()) return false;
   }
   return resident_fill_supported<T, ItemFill::Bounded, kTeams>() &&
          resident_fill_supported<T, ItemFill::Whole, kTeams>();
@@ -42,9 +44,9 @@ template <typename T> size_t resident_smem_bytes(const PipeParams<T>& p) {
   return static_cast<size_t>(pieces * resident::kPieceBytes);
 }
 
-// The instantiation for p's output, teams and items. Items of exactly kResidentMaxItemBytes (teams rows of
-// kResidentMaxItemBytes / teams, rows a multiple of teams) take the one without bounds; teams' rows that fill
-// their registers and shared memory take the one with bounds on the L2 part only.
+// The instantiation for p's output, teams and items. Unaligned rows take the one with edge vectors (Shifted); items
+// of exactly kResidentMaxItemBytes (teams rows of kResidentMaxItemBytes / teams, rows a multiple of teams) the one
+// without bounds; teams' rows that fill their registers and shared memory the one with bounds on the L2 part only.
 template <typename T, int kTeams> auto resident_team_kernel_for(const PipeParams<T>& p) {
   using resident::ItemFill;
   const auto for_fill = [&](auto fill) {
@@ -52,11 +54,15 @@ template <typename T, int kTeams> auto resident_team_kernel_for(const PipeParams
                                               : resident::library_kernel<T, false, decltype(fill)::value, kTeams>;
   };
   // Unaligned rows (an odd length or a base off the 16-byte grid; the host sends them with the output on the
-  // input's grid) take the single-item Bounded instantiation, the one with edge code.
+  // input's grid) take the single-item Shifted instantiation, the one with edge code.
   const bool aligned = reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && reinterpret_cast<uintptr_t>(p.y) % 16 == 0 &&
                        p.len * int64_t(sizeof(T)) % 16 == 0;
-  TORCH_CHECK(aligned || kTeams == 1, "resident kernel: teams need 16-byte aligned rows");
-  if (aligned && p.chunk_elems * int64_t(sizeof(T)) * kTeams == kResidentMaxItemBytes && p.len % p.chunk_elems == 0 &&
+  if constexpr (kTeams == 1) {
+    if (!aligned) return for_fill(std::integral_constant<ItemFill, ItemFill::Shifted>{});
+  } else {
+    TORCH_CHECK(aligned, "resident kernel: teams need 16-byte aligned rows");
+  }
+  if (p.chunk_elems * int64_t(sizeof(T)) * kTeams == kResidentMaxItemBytes && p.len % p.chunk_elems == 0 &&
       p.rows % kTeams == 0) {
     return for_fill(std::integral_constant<ItemFill, ItemFill::Whole>{});
   }

@@ -36,8 +36,10 @@ static_assert(size_t(kMaxPieces) * kPieceBytes == kResidentMaxSmemBytes, "the ho
 // What the kernel knows of an item's length at compile time. Whole: exactly kResidentMaxItemBytes, every part
 // full and no vector needs a bound. OnChip (teams only): at least the register and shared-memory parts, so only the
 // L2 part's vectors are bounded. Bounded: any length. Why OnChip: the bounded team kernels spill 68 B, and bf16
-// 1024x32000 on 8 teams ran 44.8 us cold against 41.0 for the whole 1024x32768 (NOTES "s65 call 1").
-enum class ItemFill { Bounded, OnChip, Whole };
+// 1024x32000 on 8 teams ran 44.8 us cold against 41.0 for the whole 1024x32768 (NOTES "s65 call 1"). Shifted (one
+// item a block): Bounded for unaligned rows, with edge vectors (pipe::ItemVectors). Why its own instantiation: the edge
+// code in the Bounded kernel cost aligned items ~1.3 % (fp32 1024x40000, NOTES "s68 call 3").
+enum class ItemFill { Bounded, OnChip, Whole, Shifted };
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 // A 16-byte load under an L2 policy (l2_policy.cuh): the L2 part's first read must survive until phase B reads it
@@ -88,6 +90,12 @@ template <typename T> __device__ __forceinline__ auto item_terms_at(float m) {
   } else {
     return FusedExp2::at<T>(m);
   }
+}
+
+// The Shifted kernel's two edge vectors (static shared memory only in the kernels that call this).
+__device__ __forceinline__ uint4* edge_slots() {
+  __shared__ uint4 slots[2];
+  return slots;
 }
 
 // v with its elements outside [lo, hi) (element indices of the vector) as -inf, so that a fold sees only the item's
@@ -237,13 +245,14 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
   static_assert(kTeams >= 1 && kWarps % kTeams == 0, "whole warps a team");
   static_assert(kFill != ItemFill::OnChip || kTeams > 1, "OnChip is a team's row");
   constexpr bool kWhole = kFill == ItemFill::Whole;
-  constexpr bool kOnChip = kFill != ItemFill::Bounded;  // the register and shared-memory parts full
+  constexpr bool kOnChip = kFill == ItemFill::OnChip || kWhole;  // the register and shared-memory parts full
+  constexpr bool kShifted = kFill == ItemFill::Shifted;
+  static_assert(!kShifted || kTeams == 1, "Shifted is one item a block");
   constexpr int kTeamThreads = kThreads / kTeams;
   constexpr int kTeamPieceVecs = kPieceVecs / kTeams;  // two vectors a thread, as for one team
   extern __shared__ __align__(128) uint4 block_held[];
   __shared__ uint64_t block_bars[kMaxPieces * kTeams];
   __shared__ OnlineState<float> scratch[kRowScratch];
-  __shared__ uint4 edge_held[2];  // an unaligned item's edge vectors (kShiftable)
   const int t = threadIdx.x % kTeamThreads;
   const int team = threadIdx.x / kTeamThreads;
   // Each team's pieces are sized for a whole row (the host's resident_smem_bytes), a team's after the one before.
@@ -256,16 +265,16 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
   uint64_t* const bars = block_bars + team * kMaxPieces;
   const int64_t item = blockIdx.x;
   const RowChunk span(kTeams > 1 ? item * kTeams + team : item, p.chunks, p.chunk_elems, p.len);
-  // The item's 16-byte vectors on the memory's grid (pipe::ItemVectors): [iv.lo, iv.hi) lie wholly in the item and
-  // take the parts below; the edges, a vector the item shares with its neighbours (an unaligned row: odd length or
-  // base off the grid, the output on the input's grid), are thread 0's, element by element. Only the single-item
-  // Bounded instantiation takes unaligned rows (the host's resident_team_kernel_for); in the others the edge code
-  // folds away.
-  constexpr bool kShiftable = kFill == ItemFill::Bounded && kTeams == 1;
-  const T* const x_first = p.x + span.row * p.len + span.begin;
-  const pipe::ItemVectors<T> iv(x_first, span.begin, span.end, kShiftable);
-  const bool edges = kShiftable && t == 0 && (iv.head_edge() || iv.tail_edge());
-  const int nvec = kWhole ? int(kResidentMaxItemBytes / 16 / kTeams) : iv.hi - iv.lo;
+  // kShifted: the item's 16-byte vectors on the memory's grid (pipe::ItemVectors): [iv.lo, iv.hi) lie wholly in the
+  // item and take the parts below; the edges, a vector the item shares with its neighbours (an unaligned row: odd
+  // length or base off the grid, the output on the input's grid), are thread 0's, element by element.
+  // (x_first is taken again below the barrier as the kernels before Shifted did: the aligned kernels' code stays theirs.)
+  const auto item_x = [&] { return p.x + span.row * p.len + span.begin; };
+  const pipe::ItemVectors<T> iv(kShifted ? item_x() : nullptr, span.begin, span.end, kShifted);
+  const bool edges = kShifted && t == 0 && (iv.head_edge() || iv.tail_edge());
+  const int nvec = kWhole      ? int(kResidentMaxItemBytes / 16 / kTeams)
+                   : kShifted ? iv.hi - iv.lo
+                              : static_cast<int>(span.end - span.begin) / kElems;
   const int reg_vecs = kOnChip ? kRegVecs * kTeamThreads : min(nvec, kRegVecs * kTeamThreads);
   const int smem_vecs = kOnChip ? kMaxPieces * kTeamPieceVecs : min(nvec - reg_vecs, kMaxPieces * kTeamPieceVecs);
   const int pieces = (smem_vecs + kTeamPieceVecs - 1) / kTeamPieceVecs;
@@ -284,8 +293,9 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
     return;
   }
   const uint64_t evict_first = l2_policy_evict_first(), evict_last = l2_policy_evict_last();
-  const uint4* const xg = reinterpret_cast<const uint4*>(x_first - iv.shift);  // vector 0 of iv
-  const uint4* xr = xg + iv.lo;
+  const T* const x_first = item_x();
+  const uint4* const xg = reinterpret_cast<const uint4*>(kShifted ? x_first - iv.shift : x_first);  // iv's vector 0
+  const uint4* xr = kShifted ? xg + iv.lo : xg;
   const uint4* xs = xr + reg_vecs;
   const uint4* xl = xs + smem_vecs;
 
@@ -300,8 +310,8 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
   // Bounded kernel spill 16 B (ptxas; every aligned item takes that kernel too).
   const int tail = iv.vecs - 1;
   if (edges) {
-    if (iv.head_edge()) cp_async16(edge_held, xg);
-    if (iv.tail_edge()) cp_async16(edge_held + 1, xg + tail);
+    if (iv.head_edge()) cp_async16(edge_slots(), xg);
+    if (iv.tail_edge()) cp_async16(edge_slots() + 1, xg + tail);
   }
   if (t == 0) {
     for (int k = 0; k < pieces; ++k) {
@@ -323,8 +333,8 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
   if (edges) {
     cp_async_wait_all();
     const uint4 edge[2] = {
-        iv.head_edge() ? outside_as_neg_inf<T>(edge_held[0], iv.shift, iv.shift + iv.length) : neg_inf_vector<T>(),
-        iv.tail_edge() ? outside_as_neg_inf<T>(edge_held[1], 0, iv.shift + iv.length - tail * kElems)
+        iv.head_edge() ? outside_as_neg_inf<T>(edge_slots()[0], iv.shift, iv.shift + iv.length) : neg_inf_vector<T>(),
+        iv.tail_edge() ? outside_as_neg_inf<T>(edge_slots()[1], 0, iv.shift + iv.length - tail * kElems)
                        : neg_inf_vector<T>()};
     fold_vectors<T>(st, edge);
   }
@@ -389,7 +399,7 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
     return VecIO<T>::pack(w);
   };
   T* const y_first = p.y + span.row * p.len + span.begin;
-  uint4* y = reinterpret_cast<uint4*>(y_first - iv.shift) + iv.lo;
+  uint4* y = kShifted ? reinterpret_cast<uint4*>(y_first - iv.shift) + iv.lo : reinterpret_cast<uint4*>(y_first);
   uint4* yl = y + reg_vecs + smem_vecs;
   const int l2_rounds = (l2_vecs + kTeamThreads - 1) / kTeamThreads;
 #pragma unroll 1
@@ -418,7 +428,7 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
     for (int g = 0; g < 2; ++g) {
       const int v = g == 0 ? 0 : tail;
       if (g == 0 ? !iv.head_edge() : !iv.tail_edge()) continue;
-      const uint4 o = out(edge_held[g]);
+      const uint4 o = out(edge_slots()[g]);
       T e[kElems];
       memcpy(e, &o, 16);
 #pragma unroll

@@ -32,7 +32,6 @@ int64_t next_pow2(int64_t v) {
   while (p < v) p *= 2;
   return p;
 }
-bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
 // Grid-stride kernels take any grid; this keeps gridDim.x within its limit.
 int grid_for(int64_t blocks) { return static_cast<int>(std::clamp<int64_t>(blocks, 1, int64_t(1) << 30)); }
 
@@ -478,7 +477,8 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
   // moves them as 16-byte vectors (load_group_shifted): tensors of >= 16 MiB whose rows are <= 128 KiB or few
   // (unaligned_pipe_rows); the dual kernel takes aligned rows only.
   const bool pipe_rows = s.aligned || unaligned_pipe_rows(p, s);
-  if (auto_alg && s.pipe && threads > kSplitThreads && (pipe_rows || (auto_rows && resident_chunks<T>(s) > 0))) {
+  const int64_t resident_items = auto_rows ? resident_chunks<T>(s) : 0;
+  if (auto_alg && s.pipe && threads > kSplitThreads && (pipe_rows || resident_items > 0)) {
     // logsumexp keeps nothing for a store pass, so nothing need stay on chip: the streaming reduce (many
     // small blocks, all of the SM's warps folding) against the best of the pipelined and dual plans (one
     // block of 4-8 folding warps per ring), H100 sweep through the op, cold (NOTES "22a594a"): bf16
@@ -492,7 +492,6 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
     // 0. Resident (sm_90+, 16-bit or fp32; unaligned rows with the output on the input's grid, no teams): items a
     // block holds whole (resident_chunks, resident_teams); teams first where their items are exactly 512 KB (the
     // instantiation without bounds) or fill one wave.
-    const int64_t resident_items = resident_chunks<T>(s);
     const int64_t teams = resident_teams<T>(s);
     const bool teams_first = teams > 0 && (resident_items == 0 || s.row_bytes * teams == kResidentMaxItemBytes ||
                                            ceil_div(s.rows, teams) <= s.sms);
@@ -916,7 +915,7 @@ template <typename T> void softmax_cuda_typed(const SoftmaxProblem& p, cudaStrea
   }
   const cudaDeviceProp* prop = at::cuda::getCurrentDeviceProperties();
   const int64_t row_bytes = p.len * static_cast<int64_t>(sizeof(T));
-  const bool aligned = aligned16(x) && aligned16(y) && row_bytes % 16 == 0;
+  const bool aligned = rows_aligned16(x, y, row_bytes);
   // An unaligned row's vectors lie on the memory's 16-byte grid, which the row may start up to kVec - 1
   // elements into (load_group_shifted): count the worst case.
   RowsShape s{p.outer,

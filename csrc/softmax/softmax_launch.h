@@ -15,6 +15,12 @@ namespace flash_attn_ext {
 
 namespace softmax {
 
+// Rows the kernels may move as 16-byte vectors from their first element: x, y and the row length in bytes on the
+// 16-byte grid (RowsShape::aligned; the resident kernel's choice of instantiation).
+inline bool rows_aligned16(const void* x, const void* y, int64_t row_bytes) {
+  return reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(y) % 16 == 0 && row_bytes % 16 == 0;
+}
+
 // Accumulator type: float for the 16- and 32-bit types, double for double.
 template <typename T> struct AccOf { using type = float; };
 template <> struct AccOf<double> { using type = double; };

@@ -55,8 +55,7 @@ template <typename T, int kTeams> auto resident_team_kernel_for(const PipeParams
   };
   // Unaligned rows (an odd length or a base off the 16-byte grid; the host sends them with the output on the
   // input's grid) take the single-item Shifted instantiation, the one with edge code.
-  const bool aligned = reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && reinterpret_cast<uintptr_t>(p.y) % 16 == 0 &&
-                       p.len * int64_t(sizeof(T)) % 16 == 0;
+  const bool aligned = rows_aligned16(p.x, p.y, p.len * int64_t(sizeof(T)));
   if constexpr (kTeams == 1) {
     if (!aligned) return for_fill(std::integral_constant<ItemFill, ItemFill::Shifted>{});
   } else {

@@ -887,7 +887,7 @@ def _resident_shapes(dtype=torch.bfloat16):
              (sms + 9, 61440), (8 * sms + 1, 66000))
     # unaligned rows (odd lengths), no teams: whole rows within one wave and beyond, split rows
     chunks += ((sms - 4, 32769), (sms // 2, 300001), (5, 4194303))
-    waves += ((sms + 1, 151937), (3 * sms - 5, 262143), (2 * sms + 3, 50257))  # unaligned: from 96 KB
+    waves += ((sms + 1, 151937), (3 * sms - 5, 262143), (2 * sms + 3, 50257), (2 * sms + 3, 41001))  # unaligned: 80 KB
     plans = {shape: f"chunks=1,.*rows={t}" for shape, t in teams.items()}
     plans.update({(r, c): f"chunks={sms // r},.*rows=0" for r, c in chunks})
     plans.update({shape: "chunks=1,.*rows=0" for shape in waves})
@@ -929,14 +929,14 @@ def test_resident_routing_cuda():
     # Which kernel "auto" takes (FAE_SOFTMAX_LOG_PLAN prints each row call's plan): the shapes of
     # test_resident_whole_rows_cuda (bf16 and fp32), each on the resident kernel with its teams (rows=N) or its
     # chunks; and fp32 rows it leaves to the other kernels (128 KB beyond one wave; 16 MB rows in 5 or 8, whose
-    # sms / rows chunks would be over 512 KB), and unaligned bf16 rows of under 96 KB beyond one wave.
+    # sms / rows chunks would be over 512 KB), and unaligned bf16 rows of under 80 KB beyond one wave.
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     if torch.cuda.get_device_capability() < (9, 0) or sms < 100:
         pytest.skip("the resident kernel's rules are written for sm_90 parts of 100 SMs or more")
     expected = [(shape, "bfloat16", pattern) for shape, pattern in _resident_shapes().items()]
     expected += [(shape, "float32", pattern) for shape, pattern in _resident_shapes(torch.float32).items()]
     expected += [((3 * sms, 32768), "float32", None), ((5, 4194304), "float32", None), ((8, 4194304), "float32", None)]
-    expected += [((2 * sms + 3, 32767), "bfloat16", None), ((2 * sms + 3, 48001), "bfloat16", None)]  # unaligned
+    expected += [((2 * sms + 3, 32767), "bfloat16", None), ((2 * sms + 3, 40001), "bfloat16", None)]  # unaligned
     code = RESIDENT_ROUTING_CHECK.replace("SHAPES", repr([(shape, dtype) for shape, dtype, _ in expected]))
     child = run_in_fresh_python(code, timeout=None, FAE_SOFTMAX_LOG_PLAN="1")
     assert child.returncode == 0 and "checked" in child.stdout, child.stderr[-3000:]

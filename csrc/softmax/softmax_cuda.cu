@@ -312,12 +312,13 @@ int64_t resident_fewest_chunks(int64_t row_bytes) { return ceil_div(row_bytes, k
 // 60.2-60.3 -> 43.3-43.5 / 43.9, 8x4194303 63.5 / 63.6-63.9 -> 42.3 / 43.6, 300x73727 41.9-42.5 / 40.5-40.7 ->
 // 37.5-37.6 / 35.4-35.8; fp32 1024x50257 143.3-143.8 / 143.9-144.3 -> 119.4-119.6 / 117.4-117.7, 128x131071 54.2-54.3
 // / 54.7-55.1 -> 43.2-43.7 / 44.4-44.7, 64x100003 25.7-25.9 / 24.3-24.4 -> 22.2-22.5 / 20.3; bf16 1024x32767 (64 KB)
-// lost: 46.9 / 47.8 -> 67.9 / 65.7.
+// lost: 46.9 / 47.8 -> 67.9 / 65.7; below 96 KB ("s68 call 3", forced): 1024x41001 (82 KB) 79.2 / 77.3 -> 73.4 / 71.6,
+// 1024x46001 82.6 / 80.8 -> 77.0 / 74.9.
 constexpr int64_t kResidentMinRowBytes = 64 * 1024;
 constexpr int64_t kResidentMinChunkBytes = 96 * 1024;
 constexpr int64_t kResidentMinWavesRowBytes = 120 * 1024;
 constexpr int64_t kResidentMinFloatRowBytes = 144 * 1024;
-constexpr int64_t kResidentMinUnalignedWavesRowBytes = 96 * 1024;
+constexpr int64_t kResidentMinUnalignedWavesRowBytes = 80 * 1024;
 constexpr double kResidentMinFill = 0.9;  // the teams' blocks (resident_teams)
 template <typename T> int64_t resident_chunks(const RowsShape& s) {
   // (and a device whose opt-in shared memory holds the longest item's pieces next to the static arrays)
@@ -414,7 +415,7 @@ bool unaligned_pipe_rows(const SoftmaxProblem& p, const RowsShape& s) {
 // KB, and beyond a wave whole rows of 120-512 KB, one a block; resident_teams: whole rows of 384-512 KB / teams,
 // 2, 4 or 8 a block, first where their items are exactly 512 KB or their blocks fit one wave), and so do fp32
 // rows as resident_chunks cuts them (whole rows of 144-512 KB, chunks of 96-512 KB); unaligned rows on the output's
-// grid take the resident kernel as aligned ones (no teams; 16-bit whole rows beyond one wave from 96 KB), else the
+// grid take the resident kernel as aligned ones (no teams; 16-bit whole rows beyond one wave from 80 KB), else the
 // pipelined kernel where unaligned_pipe_rows says.
 // FAE_SOFTMAX_CONFIG (softmax_plan.h) replaces this choice for benchmarks.
 template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const RowsShape& s) {

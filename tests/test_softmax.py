@@ -744,18 +744,22 @@ ops = ((fae.softmax, softmax_ref, torch.softmax), (fae.log_softmax, log_softmax_
        (fae.logsumexp, logsumexp_ref, torch.logsumexp))
 import os
 shapes = ((5, 4096), (200, 8192), (7, 40_000))
-if not os.environ["FAE_SOFTMAX_CONFIG"].startswith("kind=dual"):  # the dual kernel takes aligned rows only
-    shapes += ((5, 4097), (7, 40_003))  # odd lengths: each row's items shifted onto the 16-byte grid
+# odd lengths: each row's items shifted onto the 16-byte grid, every shift among the rows (the 200 and 300 rows: the
+# dual kernel's second round, its register role)
+odd = ((5, 4097), (7, 40_003), (200, 8193), (300, 4097))
+dual = os.environ["FAE_SOFTMAX_CONFIG"].startswith("kind=dual")
 for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.float64):
-    for shape in shapes:
+    unaligned = not (dual and dtype == torch.float64)  # the dual kernel takes unaligned fp64 rows not at all
+    for shape in shapes + (odd if unaligned else ()):
         x = t.make_input(shape, dtype, "cuda")
         for op, ref, base in ops:
             t.poison("cuda", x.numel() * x.element_size())
             t.check_against_reference(op(x, -1), ref(x, -1), base(x, -1), dtype, op.__name__ + str(shape))
     # special values (NaN, +-inf rows) in 52 rows: enough items for a second round of a split configuration
-    x = t.special_rows(40_000, dtype, "cuda").repeat(4, 1)
-    for op, ref, base in ops:
-        t.assert_special_match(op(x, -1), base(x, -1), ref(x, -1), op.__name__ + " special values")
+    for length in (40_000, 40_001) if unaligned else (40_000,):
+        x = t.special_rows(length, dtype, "cuda").repeat(4, 1)
+        for op, ref, base in ops:
+            t.assert_special_match(op(x, -1), base(x, -1), ref(x, -1), op.__name__ + f" special values x{length}")
 print("checked")
 """
 
@@ -767,8 +771,8 @@ print("checked")
                                     "kind=dual,chunks=5", "kind=stream", "kind=stream,steps=1"])
 def test_forced_configs_cuda(config):
     # FAE_SOFTMAX_CONFIG (the tuning hook) is read once per process: each configuration runs in a child that
-    # checks every op, on short and long rows split into the configuration's chunks (or whole rows); with
-    # chunks=5 the dual kernel's 200-row and 52-row inputs take several rounds, so both of its roles run.
+    # checks every op, on short and long rows split into the configuration's chunks (or whole rows), aligned and
+    # not; with chunks=5 the dual kernel's 200-row and 52-row inputs take several rounds, so both of its roles run.
     if config.startswith(("kind=pipe", "kind=dual")) and torch.cuda.get_device_capability() < (9, 0):
         pytest.skip("the pipelined and dual kernels need sm_90")
     child = run_in_fresh_python(FORCED_CONFIG_CHECK, timeout=None, FAE_SOFTMAX_CONFIG=config)
@@ -937,17 +941,53 @@ def test_resident_routing_cuda():
     expected += [(shape, "float32", pattern) for shape, pattern in _resident_shapes(torch.float32).items()]
     expected += [((3 * sms, 32768), "float32", None), ((5, 4194304), "float32", None), ((8, 4194304), "float32", None)]
     expected += [((2 * sms + 3, 32767), "bfloat16", None), ((2 * sms + 3, 40001), "bfloat16", None)]  # unaligned
-    code = RESIDENT_ROUTING_CHECK.replace("SHAPES", repr([(shape, dtype) for shape, dtype, _ in expected]))
-    child = run_in_fresh_python(code, timeout=None, FAE_SOFTMAX_LOG_PLAN="1")
-    assert child.returncode == 0 and "checked" in child.stdout, child.stderr[-3000:]
-    plans = [line for line in child.stderr.splitlines() if line.startswith("flash_attn_ext softmax plan:")]
-    assert len(plans) == len(expected), child.stderr[-3000:]
-    for ((rows, cols), dtype, pattern), line in zip(expected, plans):
-        assert line.startswith(f"flash_attn_ext softmax plan: {rows}x{cols} "), (dtype, line)
+    for ((rows, cols), dtype, pattern), line in zip(expected, _auto_plans(expected)):
         if pattern is None:
             assert "kind=resident" not in line, (dtype, line)
         else:
             assert re.search(rf"plan: {rows}x{cols} kind=resident,.*{pattern}$", line), (dtype, line)
+
+
+def _auto_plans(expected):
+    # The plan line "auto" prints (FAE_SOFTMAX_LOG_PLAN) for each (shape, dtype name, ...) of expected, from softmax in
+    # a child process.
+    code = RESIDENT_ROUTING_CHECK.replace("SHAPES", repr([(shape, dtype) for shape, dtype, *_ in expected]))
+    child = run_in_fresh_python(code, timeout=None, FAE_SOFTMAX_LOG_PLAN="1")
+    assert child.returncode == 0 and "checked" in child.stdout, child.stderr[-3000:]
+    plans = [line for line in child.stderr.splitlines() if line.startswith("flash_attn_ext softmax plan:")]
+    assert len(plans) == len(expected), child.stderr[-3000:]
+    for ((rows, cols), dtype, *_), line in zip(expected, plans):
+        assert line.startswith(f"flash_attn_ext softmax plan: {rows}x{cols} "), (dtype, line)
+    return plans
+
+
+def _dual_unaligned_shapes():
+    # Unaligned rows (odd lengths) "auto" gives the dual kernel on sm_90 parts of >= 100 SMs, as their aligned kin:
+    # fp32 whole rows of 64-128 KB where rows fill the SMs, and fp32 rows split into items of <= 128 KB over more than
+    # one round (resident_chunks takes neither: whole rows from 144 KB, items of <= 512 KB).
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    return [((2 * sms + 3, 32767), torch.float32), ((sms + 5, 20001), torch.float32), ((8, 4194303), torch.float32),
+            ((sms - 4, 262143), torch.float32)]
+
+
+@pytest.mark.cuda
+@requires_cuda
+def test_dual_unaligned_rows_cuda():
+    # The shapes of _dual_unaligned_shapes through "auto" (on other parts they may take other kernels): each item's
+    # edge vectors, in the ring role and in the register role (shared memory), whole rows and split ones.
+    for shape, dtype in _dual_unaligned_shapes():
+        _run_accuracy("cuda", dtype, "auto", shape, -1, "contiguous")
+
+
+@pytest.mark.cuda
+@requires_cuda
+def test_dual_unaligned_routing_cuda():
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    if torch.cuda.get_device_capability() < (9, 0) or sms < 100:
+        pytest.skip("the dual kernel's rules are written for sm_90 parts of 100 SMs or more")
+    expected = [(shape, str(dtype).split(".")[1]) for shape, dtype in _dual_unaligned_shapes()]
+    for (shape, dtype), line in zip(expected, _auto_plans(expected)):
+        assert " kind=dual," in line, (dtype, line)
 
 
 @pytest.mark.cuda
@@ -962,10 +1002,14 @@ def test_resident_routing_cuda():
      "chunks of more than 512 KB"),
     ("kind=resident,rows=2", "torch.randn(64, 4097, device='cuda', dtype=torch.bfloat16)", "aligned rows"),
     ("kind=resident", "torch.randn(64 * 4096 + 1, device='cuda', dtype=torch.bfloat16)[1:].view(64, 4096)",
+     "output on the input's grid"),
+    ("kind=dual", "torch.randn(64, 4097, device='cuda', dtype=torch.float64)", "for fp32 and 16-bit types"),
+    ("kind=dual", "torch.randn(64 * 4096 + 1, device='cuda', dtype=torch.bfloat16)[1:].view(64, 4096)",
      "output on the input's grid")])
 def test_forced_resident_errors_cuda(config, code, message):
+    # (and the dual kernel's unaligned rows)
     if torch.cuda.get_device_capability() < (9, 0):
-        pytest.skip("the resident kernel needs sm_90 (before it, the error names that)")
+        pytest.skip("the resident and dual kernels need sm_90 (before it, the error names that)")
     out = softmax_error_in_fresh_process(code, -1, "RuntimeError", FAE_SOFTMAX_CONFIG=config)
     assert "raised:" in out and message in out, out
 

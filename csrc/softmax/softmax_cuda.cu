@@ -145,7 +145,7 @@ struct RowsShape {
   size_t smem_reserved;  // shared memory the system reserves per resident block
   bool pipe;      // the pipelined kernel can run: sm_90+ code for this device, aligned rows or unaligned ones
                   // whose output lies on the input's 16-byte grid (ItemVectors)
-  bool dual;      // the dual-role kernel can run (the same conditions)
+  bool dual;      // the dual-role kernel can run (the same conditions; unaligned rows: fp32 and 16-bit types)
   bool resident;  // the resident kernel can run: the same, for 16-bit types and fp32 (teams: aligned rows only)
 };
 
@@ -474,12 +474,13 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
   //     at 219 vs 200 with 16 register-role loads in flight), the shorter ones stay pipelined, and fp64 rows (its dual
   //     kernel spills; not timed).
   // Unaligned rows (s.pipe: the output on the input's grid) take the resident kernel as aligned ones would (its edge
-  // vectors), whatever their size, and otherwise the pipelined kernel only where it beat the split kernel, which also
-  // moves them as 16-byte vectors (load_group_shifted): tensors of >= 16 MiB whose rows are <= 128 KiB or few
-  // (unaligned_pipe_rows); the dual kernel takes aligned rows only.
+  // vectors), whatever their size, then (fp32 and 16-bit types, softmax and log_softmax) the dual kernel as aligned
+  // ones would, and otherwise the pipelined kernel only where it beat the split kernel, which also moves them as
+  // 16-byte vectors (load_group_shifted): tensors of >= 16 MiB whose rows are <= 128 KiB or few (unaligned_pipe_rows).
   const bool pipe_rows = s.aligned || unaligned_pipe_rows(p, s);
   const int64_t resident_items = auto_rows ? resident_chunks<T>(s) : 0;
-  if (auto_alg && s.pipe && threads > kSplitThreads && (pipe_rows || resident_items > 0)) {
+  const bool unaligned_dual_rows = auto_rows && !s.aligned && s.dual;
+  if (auto_alg && s.pipe && threads > kSplitThreads && (pipe_rows || resident_items > 0 || unaligned_dual_rows)) {
     // logsumexp keeps nothing for a store pass, so nothing need stay on chip: the streaming reduce (many
     // small blocks, all of the SM's warps folding) against the best of the pipelined and dual plans (one
     // block of 4-8 folding warps per ring), H100 sweep through the op, cold (NOTES "22a594a"): bf16
@@ -515,7 +516,9 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
     if (s.dual) {
       const int64_t chunks = dual_chunks<T>(s);
       // An item must also fit the ring (it does on sm_90's 227 KB; guards smaller opt-in shared memory).
-      const int64_t item_pieces = ceil_div(dual_chunk_elems<T>(s.len, chunks) * int64_t(sizeof(T)), kPipePieceBytes);
+      const int64_t item_pieces = ceil_div((dual_chunk_elems<T>(s.len, chunks) + (s.aligned ? 0 : Traits::kVec)) *
+                                               int64_t(sizeof(T)),
+                                           kPipePieceBytes);
       const bool fits = chunks <= s.sms && item_pieces <= ring_one;
       // Both roles get items only from a second round on: a launch of one round is the ring role alone, 4
       // warps where the pipelined kernel has 8 for 16-bit (s18: bf16 2x4194304 25.4 us vs 20.7; fp32
@@ -581,7 +584,7 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
     // (Unaligned rows stay: the block kernel keeps no part of them in shared memory.)
     const bool many_short_whole_rows = sizeof(T) == 2 && s.aligned && per_sm == 2 && chunks == 1 &&
                                        s.row_bytes <= 64 * 1024 && s.rows >= 12 * int64_t(s.sms);
-    if (chunks > 0 && !many_short_whole_rows) {
+    if (chunks > 0 && !many_short_whole_rows && pipe_rows) {
       plan.kind = RowsKind::Pipe;
       plan.threads = pipe_threads<T>();
       plan.chunks = chunks;
@@ -799,7 +802,10 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
   }
 
   if (plan.kind == RowsKind::Dual) {
-    if (!s.dual) fail("the dual kernel needs 16-byte aligned rows and sm_90 code for this device");
+    if (!s.dual) {
+      fail("the dual kernel needs sm_90 code for this device and 16-byte aligned rows or, for fp32 and 16-bit types, "
+           "the output on the input's grid");
+    }
     if (plan.chunks == 0) {
       plan.chunks = static_cast<int>(std::min<int64_t>(dual_chunks<T>(s), 1 << 30));
     }
@@ -809,13 +815,16 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
     pp.chunk_elems = dual_chunk_elems<T>(s.len, plan.chunks);
     if (pp.chunk_elems * static_cast<int64_t>(sizeof(T)) > kDualMaxItemBytes) fail("chunks of more than 128 KB");
     pp.chunks = static_cast<int>(ceil_div(s.len, pp.chunk_elems));  // rounding may leave fewer chunks
-    if (ceil_div(pp.chunk_elems, pp.piece_elems) > pp.ring_pieces) fail("a chunk does not fit the ring");
+    // (an unaligned row's items take up to one more vector in the ring: ItemVectors)
+    if (ceil_div(pp.chunk_elems + (s.aligned ? 0 : kVec), pp.piece_elems) > pp.ring_pieces) {
+      fail("a chunk does not fit the ring");
+    }
     if (dual_blocks_per_sm<T>(pipe_smem_bytes(pp)) < 1) fail("the block cannot be resident");
     if (pp.chunks > s.sms) fail("more chunks per row than SMs");
     const auto work = split_workspace<T>(pp, p.x, s.rows, pp.chunks, stream);
     // One block per SM, whole rounds of rows (a multiple of chunks blocks).
     const int64_t grid = std::min<int64_t>(s.sms / pp.chunks, s.rows) * pp.chunks;
-    launch_dual_rows<T>(pp, static_cast<int>(grid), stream);
+    launch_dual_rows<T>(pp, s.aligned, static_cast<int>(grid), stream);
     return;
   }
 
@@ -936,7 +945,7 @@ template <typename T> void softmax_cuda_typed(const SoftmaxProblem& p, cudaStrea
   const bool same_grid = (reinterpret_cast<uintptr_t>(x) & 15) == (reinterpret_cast<uintptr_t>(y) & 15);
   const uint8_t families = sm90_families<T>();
   s.pipe = (s.aligned || same_grid) && (families & kPipeFamily) != 0;
-  s.dual = s.aligned && (families & kDualFamily) != 0;
+  s.dual = (s.aligned || (same_grid && dual_takes_unaligned<T>())) && (families & kDualFamily) != 0;
   s.resident = (s.aligned || same_grid) && (families & kResidentFamily) != 0;
   const RowsPlan* forced = forced_rows_plan();
   const RowsPlan plan = forced != nullptr ? *forced : heuristic_plan<T>(p, s);

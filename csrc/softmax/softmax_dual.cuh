@@ -190,8 +190,12 @@ __device__ __forceinline__ void store_registers(T* y, const uint4 (&raw)[kRegVec
 // slower (probe s16).
 // kLoadsInFlight < kRegVecs: vector s is loaded only once vector s - kLoadsInFlight has landed (its address
 // depends on that vector through a select the compiler cannot fold), so at most kLoadsInFlight vectors per
-// thread are in flight (kDualLoadsInFlight). kSoftmaxOnly: as ring_items.
-template <typename T, int kLoadsInFlight = kRegVecs, bool kSoftmaxOnly = false>
+// thread are in flight (kDualLoadsInFlight). kSoftmaxOnly: as ring_items. kShifted: unaligned rows (the output on
+// the input's grid): the item's vectors on the memory's grid (pipe::ItemVectors), [lo, hi) as above from vector lo,
+// the edges copied by thread 0 into shared memory (pipe::edge_slots) by cp.async, folded and stored element by
+// element there. Why not registers: the 16 vectors a thread already take most of the 96 registers a thread of 640
+// has. kShifted == false: the code as it was measured.
+template <typename T, int kLoadsInFlight = kRegVecs, bool kSoftmaxOnly = false, bool kShifted = false>
 __device__ __forceinline__ void register_items(const PipeParams<T>& p, int64_t first_item, int64_t step,
                                                OnlineState<acc_t<T>>* scratch) {
   using A = acc_t<T>;
@@ -202,8 +206,12 @@ __device__ __forceinline__ void register_items(const PipeParams<T>& p, int64_t f
 
   for (int64_t item = first_item; item < items; item += step) {
     const RowChunk span(item, p.chunks, p.chunk_elems, p.len);
-    const int nvec = static_cast<int>(span.end - span.begin) / kVec;
-    const T* x = p.x + span.row * p.len + span.begin;
+    const T* const x_first = p.x + span.row * p.len + span.begin;
+    const pipe::ItemVectors<T> iv(x_first, span.begin, span.end, kShifted);
+    const int nvec = kShifted ? iv.hi - iv.lo : static_cast<int>(span.end - span.begin) / kVec;
+    const T* const xg = x_first - iv.shift;  // vector 0 of iv
+    const T* x = kShifted ? xg + iv.lo * kVec : x_first;
+    const bool edges = kShifted && t == 0 && (iv.head_edge() || iv.tail_edge());
     FAE_PHASE_STAMP(t, 1, (item - first_item) / step, 0);
     uint4 raw[kRegVecs];
 #pragma unroll
@@ -215,6 +223,10 @@ __device__ __forceinline__ void register_items(const PipeParams<T>& p, int64_t f
       }
       raw[s] = v < nvec ? load16(x + offset) : neg_inf_vector<T>();
     }
+    if (edges) {
+      if (iv.head_edge()) cp_async16(pipe::edge_slots(), xg);
+      if (iv.tail_edge()) cp_async16(pipe::edge_slots() + 1, xg + (iv.vecs - 1) * kVec);
+    }
     OnlineState<A> local;
     if constexpr (std::is_same_v<T, __nv_bfloat16>) {
       local = fold_online_16bit<T>(raw);
@@ -225,6 +237,10 @@ __device__ __forceinline__ void register_items(const PipeParams<T>& p, int64_t f
     } else {
       const A m = max_of_vectors<T>(raw);
       local = {m, sum_of_exps<T>(raw, ShiftedExp<A, false>(m))};
+    }
+    if (edges) {
+      cp_async_wait_all();
+      pipe::fold_edge_vectors<T>(local, iv, [](int g) { return pipe::edge_slots()[g]; });
     }
     FAE_PHASE_STAMP(t, 1, (item - first_item) / step, 1);
     const OnlineState<A> row_state = reduce_row_state(p.exchange, p.chunks, span.row, item, local, scratch, team);
@@ -238,11 +254,21 @@ __device__ __forceinline__ void register_items(const PipeParams<T>& p, int64_t f
       continue;
     }
     const Epilogue<A> epi(out, row_state, row_state.m);
-    T* y = p.y + span.row * p.len + span.begin;
+    T* const y_first = p.y + span.row * p.len + span.begin;
+    T* y = kShifted ? y_first - iv.shift + iv.lo * kVec : y_first;
     if (out == SoftmaxOutput::Softmax) {
       store_registers<T, true>(y, raw, nvec, t, epi, row_state.m);
     } else {
       store_registers<T, false>(y, raw, nvec, t, epi, row_state.m);
+    }
+    if (edges) {
+      // (the slots are read here, before the next item's copies into them are issued)
+      const auto edge_at = [](int g) { return pipe::edge_slots()[g]; };
+      if (out == SoftmaxOutput::Softmax) {
+        pipe::store_edge_vectors<T>(y_first - iv.shift, iv, pipe::output_term<T, true>(epi, row_state.m), edge_at);
+      } else {
+        pipe::store_edge_vectors<T>(y_first - iv.shift, iv, pipe::output_term<T, false>(epi, row_state.m), edge_at);
+      }
     }
     FAE_PHASE_STAMP(t, 1, (item - first_item) / step, 3);
   }
@@ -264,7 +290,9 @@ __device__ __forceinline__ void register_items(const PipeParams<T>& p, int64_t f
 // kernel (a torch reduction, a GEMM) has evicted it from the SMs' instruction caches, a call ran 2-4 us slower;
 // 750 fewer instructions took 1.2-1.7 us of that back (H100 probe after a 10k-instruction kernel, bf16 split
 // rows, NOTES "s22 run 10"; 0.5-1.3 us slower when the code is still cached).
-template <typename T, int kLoadsInFlight = kRegVecs, int kRingWindow = 0, bool kSoftmaxOnly = false>
+// kShifted: unaligned rows, the output on the input's grid (pipe::ItemVectors; fp32 and 16-bit types).
+template <typename T, int kLoadsInFlight = kRegVecs, int kRingWindow = 0, bool kSoftmaxOnly = false,
+          bool kShifted = false>
 __global__ void __launch_bounds__(kThreads, 1) softmax_dual_rows_kernel(const PipeParams<T> p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   begin_dependent_grid();
@@ -282,20 +310,21 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_dual_rows_kernel(const Pi
   // loads there lost 3-5 us ("s36 call 7"). fp32 split rows did not move, and fp32 whole rows lost 4 us.
   const bool swapped = sizeof(T) == 2 && p.chunks > 1 && (blockIdx.x / p.chunks) % 2 == 1;
   if (threadIdx.x < kRingThreads) {
-    pipe::ring_items<T, true, kRingWindow, kSoftmaxOnly, false>(
+    pipe::ring_items<T, true, kRingWindow, kSoftmaxOnly, kShifted>(
         p, swapped ? blockIdx.x + gridDim.x : blockIdx.x, step, RoleTeam{0, kRingThreads, kRingBarrier}, ring, bars,
         s_ring, pipe::StartSignal{swapped ? 0 : kStartBarrier, kThreads, kStartPiece<T>});
   } else {
     if (!swapped) asm volatile("bar.sync %0, %1;\n" ::"r"(kStartBarrier), "r"(kThreads) : "memory");
-    register_items<T, kLoadsInFlight, kSoftmaxOnly>(p, swapped ? blockIdx.x : blockIdx.x + gridDim.x, step, s_reg);
+    register_items<T, kLoadsInFlight, kSoftmaxOnly, kShifted>(p, swapped ? blockIdx.x : blockIdx.x + gridDim.x, step, s_reg);
   }
 #endif
 }
 
 // The instantiations the library launches, softmax and the other outputs (softmax_dual.cu; the probe times
 // them too).
-template <typename T, bool kSoftmaxOnly>
-constexpr auto library_kernel = softmax_dual_rows_kernel<T, kDualLoadsInFlight<T>, kDualRingWindow<T>, kSoftmaxOnly>;
+template <typename T, bool kSoftmaxOnly, bool kShifted = false>
+constexpr auto library_kernel =
+    softmax_dual_rows_kernel<T, kDualLoadsInFlight<T>, kDualRingWindow<T>, kSoftmaxOnly, kShifted>;
 
 }  // namespace dual
 }  // namespace softmax

@@ -156,12 +156,58 @@ __device__ __forceinline__ auto output_term(const Epilogue<acc_t<T>>& epi, acc_t
   }
 }
 
-// Vector v of an item held in the ring from slot offset `base` (wrapping at ring_vecs), unpacked into w.
-template <typename T>
-__device__ __forceinline__ void unpack_ring_vector(const uint4* ring, int base, int ring_vecs, int v,
-                                                   acc_t<T> (&w)[16 / sizeof(T)]) {
+// Vector v of an item held in the ring from slot offset `base` (wrapping at ring_vecs).
+__device__ __forceinline__ uint4 ring_vector(const uint4* ring, int base, int ring_vecs, int v) {
   const int i = base + v;
-  VecIO<T>::unpack(ring[i >= ring_vecs ? i - ring_vecs : i], w);
+  return ring[i >= ring_vecs ? i - ring_vecs : i];
+}
+
+// Two slots in shared memory for an item's edge vectors (ItemVectors), copied there by cp.async where a kernel holds
+// the rest of the item in registers (the resident kernel, the dual kernel's register role). Static shared memory only
+// in the kernels that call this.
+__device__ __forceinline__ uint4* edge_slots() {
+  __shared__ uint4 slots[2];
+  return slots;
+}
+
+// Folds the item's edge vectors (its vectors 0 and vecs - 1, ItemVectors; edge(0) and edge(1) read them), the
+// elements outside it as -inf, into st: thread 0's part of the reduction beside its vectors [lo, hi).
+template <typename T, typename EdgeAt>
+__device__ __forceinline__ void fold_edge_vectors(OnlineState<acc_t<T>>& st, const ItemVectors<T>& iv,
+                                                  const EdgeAt& edge_at) {
+  using A = acc_t<T>;
+  constexpr int kVec = 16 / static_cast<int>(sizeof(T));
+  const int edge[2] = {0, iv.vecs - 1};
+  const bool on[2] = {iv.head_edge(), iv.tail_edge()};
+  A w[2][kVec];
+#pragma unroll
+  for (int g = 0; g < 2; ++g) {
+    VecIO<T>::unpack(edge_at(g), w[g]);
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) w[g][j] = on[g] && iv.inside(edge[g], j) ? w[g][j] : neg_inf<A>();
+  }
+  fold<T>(st, w);
+}
+
+// Stores the item's edge vectors (edge_at as above) element by element, each mapped by term, the item's own
+// elements only (y: where vector 0 of iv goes): nothing outside the item is written.
+template <typename T, typename Term, typename EdgeAt>
+__device__ __forceinline__ void store_edge_vectors(T* y, const ItemVectors<T>& iv, const Term& term,
+                                                   const EdgeAt& edge_at) {
+  using A = acc_t<T>;
+  constexpr int kVec = 16 / static_cast<int>(sizeof(T));
+  const int edge[2] = {0, iv.vecs - 1};
+  const bool on[2] = {iv.head_edge(), iv.tail_edge()};
+#pragma unroll
+  for (int g = 0; g < 2; ++g) {
+    if (!on[g]) continue;
+    A w[kVec];
+    VecIO<T>::unpack(edge_at(g), w);
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) {
+      if (iv.inside(edge[g], j)) y[static_cast<int64_t>(edge[g]) * kVec + j] = from_acc<T>(term(w[j]));
+    }
+  }
 }
 
 // The store pass of an item held in the ring (its vectors from slot offset `base`, wrapping at ring_vecs;
@@ -177,7 +223,7 @@ __device__ __forceinline__ void store_item(T* y, const uint4* ring, int base, in
 #pragma unroll kPipeGroup
   for (int v = iv.lo + t; v < iv.hi; v += nt) {
     A w[kVec];
-    unpack_ring_vector<T>(ring, base, ring_vecs, v, w);
+    VecIO<T>::unpack(ring_vector(ring, base, ring_vecs, v), w);
 #pragma unroll
     for (int j = 0; j < kVec; ++j) w[j] = term(w[j]);
     // The pipelined kernel stores 16-bit outputs evict-first: measured side by side on the H100, bf16 split
@@ -192,38 +238,15 @@ __device__ __forceinline__ void store_item(T* y, const uint4* ring, int base, in
     }
   }
   if (t == 0 && (iv.head_edge() || iv.tail_edge())) {
-    const int edge[2] = {0, iv.vecs - 1};
-    const bool on[2] = {iv.head_edge(), iv.tail_edge()};
-#pragma unroll
-    for (int g = 0; g < 2; ++g) {
-      if (!on[g]) continue;
-      A w[kVec];
-      unpack_ring_vector<T>(ring, base, ring_vecs, edge[g], w);
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) {
-        if (iv.inside(edge[g], j)) y[static_cast<int64_t>(edge[g]) * kVec + j] = from_acc<T>(term(w[j]));
-      }
-    }
+    store_edge_vectors<T>(y, iv, term, [&](int g) { return ring_vector(ring, base, ring_vecs, g == 0 ? 0 : iv.vecs - 1); });
   }
 }
 
-// Folds the item's edges (ItemVectors), the elements outside it as -inf, into st: thread 0's part of the
-// reduction beside its vectors [lo, hi).
+// Folds the edges of an item held in the ring (fold_edge_vectors).
 template <typename T>
 __device__ __forceinline__ void fold_edges(OnlineState<acc_t<T>>& st, const uint4* ring, int base, int ring_vecs,
                                            const ItemVectors<T>& iv) {
-  using A = acc_t<T>;
-  constexpr int kVec = 16 / static_cast<int>(sizeof(T));
-  const int edge[2] = {0, iv.vecs - 1};
-  const bool on[2] = {iv.head_edge(), iv.tail_edge()};
-  A w[2][kVec];
-#pragma unroll
-  for (int g = 0; g < 2; ++g) {
-    unpack_ring_vector<T>(ring, base, ring_vecs, edge[g], w[g]);
-#pragma unroll
-    for (int j = 0; j < kVec; ++j) w[g][j] = on[g] && iv.inside(edge[g], j) ? w[g][j] : neg_inf<A>();
-  }
-  fold<T>(st, w);
+  fold_edge_vectors<T>(st, iv, [&](int g) { return ring_vector(ring, base, ring_vecs, g == 0 ? 0 : iv.vecs - 1); });
 }
 
 // A signal from ring_items to threads waiting on a named barrier: the team arrives once on `barrier`

@@ -92,12 +92,6 @@ template <typename T> __device__ __forceinline__ auto item_terms_at(float m) {
   }
 }
 
-// The Shifted kernel's two edge vectors (static shared memory only in the kernels that call this).
-__device__ __forceinline__ uint4* edge_slots() {
-  __shared__ uint4 slots[2];
-  return slots;
-}
-
 // v with its elements outside [lo, hi) (element indices of the vector) as -inf, so that a fold sees only the item's
 // own elements of an edge vector (pipe::ItemVectors).
 template <typename T> __device__ __forceinline__ uint4 outside_as_neg_inf(uint4 v, int lo, int hi) {
@@ -310,8 +304,8 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
   // Bounded kernel spill 16 B (ptxas; every aligned item takes that kernel too).
   const int tail = iv.vecs - 1;
   if (edges) {
-    if (iv.head_edge()) cp_async16(edge_slots(), xg);
-    if (iv.tail_edge()) cp_async16(edge_slots() + 1, xg + tail);
+    if (iv.head_edge()) cp_async16(pipe::edge_slots(), xg);
+    if (iv.tail_edge()) cp_async16(pipe::edge_slots() + 1, xg + tail);
   }
   if (t == 0) {
     for (int k = 0; k < pieces; ++k) {
@@ -333,8 +327,8 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
   if (edges) {
     cp_async_wait_all();
     const uint4 edge[2] = {
-        iv.head_edge() ? outside_as_neg_inf<T>(edge_slots()[0], iv.shift, iv.shift + iv.length) : neg_inf_vector<T>(),
-        iv.tail_edge() ? outside_as_neg_inf<T>(edge_slots()[1], 0, iv.shift + iv.length - tail * kElems)
+        iv.head_edge() ? outside_as_neg_inf<T>(pipe::edge_slots()[0], iv.shift, iv.shift + iv.length) : neg_inf_vector<T>(),
+        iv.tail_edge() ? outside_as_neg_inf<T>(pipe::edge_slots()[1], 0, iv.shift + iv.length - tail * kElems)
                        : neg_inf_vector<T>()};
     fold_vectors<T>(st, edge);
   }
@@ -423,19 +417,8 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
 #pragma unroll 2
   for (int v = t; v < smem_vecs; v += kTeamThreads) store16_streaming(y + reg_vecs + v, out(held[v]));
   if (edges) {
-    T* const yg = y_first - iv.shift;  // element 0 of vector 0 of iv
-#pragma unroll
-    for (int g = 0; g < 2; ++g) {
-      const int v = g == 0 ? 0 : tail;
-      if (g == 0 ? !iv.head_edge() : !iv.tail_edge()) continue;
-      const uint4 o = out(edge_slots()[g]);
-      T e[kElems];
-      memcpy(e, &o, 16);
-#pragma unroll
-      for (int j = 0; j < kElems; ++j) {
-        if (iv.inside(v, j)) yg[int64_t(v) * kElems + j] = e[j];
-      }
-    }
+    // (y: element 0 of vector 0 of iv)
+    pipe::store_edge_vectors<T>(y_first - iv.shift, iv, term, [](int g) { return pipe::edge_slots()[g]; });
   }
 #endif
 }

@@ -306,19 +306,22 @@ int64_t resident_fewest_chunks(int64_t row_bytes) { return ceil_div(row_bytes, k
 // 45.5-45.9 -> 41.8-42.2 / 43.5-43.7, 2x2097152 (66) 18.3 / 16.6-16.7 -> 17.0-17.1 / 15.6-15.7, 1x8388608 (132)
 // 34.5-34.6 / 35.0 -> 25.6-25.7 / 25.8.
 // Unaligned rows (odd lengths; the single-item kernel with edge vectors) as the aligned ones, except 16-bit whole rows
-// beyond one wave from kResidentMinUnalignedWavesRowBytes: their other kernel is the shifted pipelined one, no teams or
-// dual. Us cold / streamed, auto before -> resident ("s68 call 2"): bf16 1024x50257 (98 KB) 89.5-90.0 / 87.8 (0.92x
+// beyond one wave from kResidentMinUnalignedWavesRowBytes (no teams; below it, since s69, the dual kernel's unaligned
+// instantiation, before it the shifted pipelined one). Us cold / streamed, auto before -> resident ("s68 call 2"): bf16 1024x50257 (98 KB) 89.5-90.0 / 87.8 (0.92x
 // torch's log_softmax) -> 78.8 / 76.9, 2048x50257 168.3-168.9 / 166.8-167.3 -> 144.9 / 144.3, 128x262143 58.9-59.2 /
 // 60.2-60.3 -> 43.3-43.5 / 43.9, 8x4194303 63.5 / 63.6-63.9 -> 42.3 / 43.6, 300x73727 41.9-42.5 / 40.5-40.7 ->
 // 37.5-37.6 / 35.4-35.8; fp32 1024x50257 143.3-143.8 / 143.9-144.3 -> 119.4-119.6 / 117.4-117.7, 128x131071 54.2-54.3
 // / 54.7-55.1 -> 43.2-43.7 / 44.4-44.7, 64x100003 25.7-25.9 / 24.3-24.4 -> 22.2-22.5 / 20.3; bf16 1024x32767 (64 KB)
 // lost: 46.9 / 47.8 -> 67.9 / 65.7; below 96 KB ("s68 call 3", forced): 1024x41001 (82 KB) 79.2 / 77.3 -> 73.4 / 71.6,
-// 1024x46001 82.6 / 80.8 -> 77.0 / 74.9.
+// 1024x46001 82.6 / 80.8 -> 77.0 / 74.9, so s69 took them (80 KB); then the dual kernel took unaligned rows and beat
+// it there ("s69 call A", resident -> forced dual, cold / streamed): 1024x41001 72.7-72.8 / 71.9-72.1 -> 68.9-69.0 /
+// 66.3-66.4, 1024x46001 77.5 / 75.3 -> 74.3 / 71.6; 1024x50257 tied (79.0-79.5 / 77.5-77.7 -> 79.1-79.4 /
+// 77.1-77.4) and 2048x50257 lost (144.4 / 145.6 -> 152.1 / 150.8): the border is 96 KB again.
 constexpr int64_t kResidentMinRowBytes = 64 * 1024;
 constexpr int64_t kResidentMinChunkBytes = 96 * 1024;
 constexpr int64_t kResidentMinWavesRowBytes = 120 * 1024;
 constexpr int64_t kResidentMinFloatRowBytes = 144 * 1024;
-constexpr int64_t kResidentMinUnalignedWavesRowBytes = 80 * 1024;
+constexpr int64_t kResidentMinUnalignedWavesRowBytes = 96 * 1024;
 constexpr double kResidentMinFill = 0.9;  // the teams' blocks (resident_teams)
 template <typename T> int64_t resident_chunks(const RowsShape& s) {
   // (and a device whose opt-in shared memory holds the longest item's pieces next to the static arrays)

@@ -8,6 +8,11 @@
 // role starts once most of the ring role's first item has landed (kStartPiece), so the roles run out of phase:
 // while one waits on its row, the other streams (H100 probe, NOTES "probe s16": fp32 8x4194304 105-111 us
 // against 126-128, bf16 58-60 against 63). Each element is still read once and written once.
+// Unaligned rows (odd lengths, the output on the input's grid; fp32 and 16-bit types) run on instantiations of their
+// own (kShifted: pipe::ItemVectors in both roles). Before, the pipelined or split kernels took them; H200, us cold,
+// main -> these, two rounds (NOTES "s69 call A"): fp32 8x4194303 117.5-117.8 -> 95.2-95.6, 128x262143 102.2-102.6 ->
+// 91.2-91.4, 1024x32767 96.3-96.5 -> 86.0-86.1, 1024x20001 62.5-62.6 -> 56.0-56.1; the aligned kernels' SASS is
+// unchanged.
 #include "softmax/softmax_pipelined.cuh"
 
 namespace flash_attn_ext {

@@ -14,9 +14,10 @@
 //   FAE_SOFTMAX_CONFIG="kind=resident,chunks=16"
 //   FAE_SOFTMAX_CONFIG="kind=resident,rows=8"
 // Keys (0 or absent = derived from the shape where a derivation is given):
-//   kind     warp | block | split | stream | pipe | dual | resident (pipe, dual, resident: sm_90+; dual: aligned
-//            rows; pipe and resident also unaligned rows whose output lies on the input's 16-byte grid; resident:
-//            16-bit or fp32 softmax and log_softmax, rows * chunks <= SMs where chunks > 1, teams aligned only)
+//   kind     warp | block | split | stream | pipe | dual | resident (pipe, dual, resident: sm_90+; all three also
+//            unaligned rows whose output lies on the input's 16-byte grid, dual of fp32 and 16-bit types only;
+//            resident: 16-bit or fp32 softmax and log_softmax, rows * chunks <= SMs where chunks > 1, teams aligned
+//            only)
 //   lanes    warp: lanes per row, power of two <= 32 (0: fewest that hold the row)
 //   vpt      warp: 16-byte vectors per lane (1, 2, 4, 8 where compiled); block/split: vectors per thread in
 //            registers (RowsTraits' small or large size); "small" / "large" name RowsTraits' sizes of the

@@ -891,7 +891,8 @@ def _resident_shapes(dtype=torch.bfloat16):
              (sms + 9, 61440), (8 * sms + 1, 66000))
     # unaligned rows (odd lengths), no teams: whole rows within one wave and beyond, split rows
     chunks += ((sms - 4, 32769), (sms // 2, 300001), (5, 4194303))
-    waves += ((sms + 1, 151937), (3 * sms - 5, 262143), (2 * sms + 3, 50257))  # unaligned: from 96 KB
+    # unaligned: from 80 KB (82 KB rows at 2 sms + 3: the dual kernel would cut them in two)
+    waves += ((sms + 1, 151937), (3 * sms - 5, 262143), (2 * sms + 3, 50257), (2 * sms + 3, 41001))
     plans = {shape: f"chunks=1,.*rows={t}" for shape, t in teams.items()}
     plans.update({(r, c): f"chunks={sms // r},.*rows=0" for r, c in chunks})
     plans.update({shape: "chunks=1,.*rows=0" for shape in waves})
@@ -933,14 +934,14 @@ def test_resident_routing_cuda():
     # Which kernel "auto" takes (FAE_SOFTMAX_LOG_PLAN prints each row call's plan): the shapes of
     # test_resident_whole_rows_cuda (bf16 and fp32), each on the resident kernel with its teams (rows=N) or its
     # chunks; and fp32 rows it leaves to the other kernels (128 KB beyond one wave; 16 MB rows in 5 or 8, whose
-    # sms / rows chunks would be over 512 KB), and unaligned bf16 rows of under 96 KB beyond one wave.
+    # sms / rows chunks would be over 512 KB), and unaligned bf16 rows of under 80 KB beyond one wave.
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     if torch.cuda.get_device_capability() < (9, 0) or sms < 100:
         pytest.skip("the resident kernel's rules are written for sm_90 parts of 100 SMs or more")
     expected = [(shape, "bfloat16", pattern) for shape, pattern in _resident_shapes().items()]
     expected += [(shape, "float32", pattern) for shape, pattern in _resident_shapes(torch.float32).items()]
     expected += [((3 * sms, 32768), "float32", None), ((5, 4194304), "float32", None), ((8, 4194304), "float32", None)]
-    expected += [((2 * sms + 3, 32767), "bfloat16", None), ((2 * sms + 3, 46001), "bfloat16", None)]  # unaligned
+    expected += [((2 * sms + 3, 32767), "bfloat16", None), ((2 * sms + 3, 40001), "bfloat16", None)]  # unaligned
     for ((rows, cols), dtype, pattern), line in zip(expected, _auto_plans(expected)):
         if pattern is None:
             assert "kind=resident" not in line, (dtype, line)
@@ -965,7 +966,7 @@ def _dual_unaligned_shapes():
     # Unaligned rows (odd lengths) "auto" gives the dual kernel on sm_90 parts of >= 100 SMs, as their aligned kin:
     # fp32 whole rows of 64-128 KB where rows fill the SMs, fp32 rows split into items of <= 128 KB over more than
     # one round (resident_chunks takes neither: whole rows from 144 KB, items of <= 512 KB), and 16-bit whole rows of
-    # 80-96 KB beyond one wave in one item (resident_chunks: from 96 KB; dual_chunks cuts 2 sms + 3 of them in two).
+    # 80-96 KB beyond one wave in one item (else resident_chunks' from 80 KB: dual_chunks cuts 2 sms + 3 of them in two).
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     return [((2 * sms + 3, 32767), torch.float32), ((sms + 5, 20001), torch.float32), ((8, 4194303), torch.float32),
             ((sms - 4, 262143), torch.float32), ((4 * sms + 1, 41001), torch.bfloat16),

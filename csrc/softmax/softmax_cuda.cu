@@ -306,22 +306,28 @@ int64_t resident_fewest_chunks(int64_t row_bytes) { return ceil_div(row_bytes, k
 // 45.5-45.9 -> 41.8-42.2 / 43.5-43.7, 2x2097152 (66) 18.3 / 16.6-16.7 -> 17.0-17.1 / 15.6-15.7, 1x8388608 (132)
 // 34.5-34.6 / 35.0 -> 25.6-25.7 / 25.8.
 // Unaligned rows (odd lengths; the single-item kernel with edge vectors) as the aligned ones, except 16-bit whole rows
-// beyond one wave from kResidentMinUnalignedWavesRowBytes (no teams; below it, since s69, the dual kernel's unaligned
-// instantiation, before it the shifted pipelined one). Us cold / streamed, auto before -> resident ("s68 call 2"): bf16 1024x50257 (98 KB) 89.5-90.0 / 87.8 (0.92x
-// torch's log_softmax) -> 78.8 / 76.9, 2048x50257 168.3-168.9 / 166.8-167.3 -> 144.9 / 144.3, 128x262143 58.9-59.2 /
-// 60.2-60.3 -> 43.3-43.5 / 43.9, 8x4194303 63.5 / 63.6-63.9 -> 42.3 / 43.6, 300x73727 41.9-42.5 / 40.5-40.7 ->
-// 37.5-37.6 / 35.4-35.8; fp32 1024x50257 143.3-143.8 / 143.9-144.3 -> 119.4-119.6 / 117.4-117.7, 128x131071 54.2-54.3
-// / 54.7-55.1 -> 43.2-43.7 / 44.4-44.7, 64x100003 25.7-25.9 / 24.3-24.4 -> 22.2-22.5 / 20.3; bf16 1024x32767 (64 KB)
-// lost: 46.9 / 47.8 -> 67.9 / 65.7; below 96 KB ("s68 call 3", forced): 1024x41001 (82 KB) 79.2 / 77.3 -> 73.4 / 71.6,
-// 1024x46001 82.6 / 80.8 -> 77.0 / 74.9, so s69 took them (80 KB); then the dual kernel took unaligned rows and beat
-// it there ("s69 call A", resident -> forced dual, cold / streamed): 1024x41001 72.7-72.8 / 71.9-72.1 -> 68.9-69.0 /
-// 66.3-66.4, 1024x46001 77.5 / 75.3 -> 74.3 / 71.6; 1024x50257 tied (79.0-79.5 / 77.5-77.7 -> 79.1-79.4 /
-// 77.1-77.4) and 2048x50257 lost (144.4 / 145.6 -> 152.1 / 150.8): the border is 96 KB again.
+// beyond one wave from kResidentMinUnalignedWavesRowBytes (no teams; below it the shifted pipelined kernel; up to
+// kResidentMinUnalignedDualRowBytes the dual kernel first, see below). Us cold / streamed, auto before -> resident
+// ("s68 call 2"): bf16 1024x50257 (98 KB) 89.5-90.0 / 87.8 (0.92x torch's log_softmax) -> 78.8 / 76.9, 2048x50257
+// 168.3-168.9 / 166.8-167.3 -> 144.9 / 144.3, 128x262143 58.9-59.2 / 60.2-60.3 -> 43.3-43.5 / 43.9, 8x4194303 63.5 /
+// 63.6-63.9 -> 42.3 / 43.6, 300x73727 41.9-42.5 / 40.5-40.7 -> 37.5-37.6 / 35.4-35.8; fp32 1024x50257 143.3-143.8 /
+// 143.9-144.3 -> 119.4-119.6 / 117.4-117.7, 128x131071 54.2-54.3 / 54.7-55.1 -> 43.2-43.7 / 44.4-44.7, 64x100003
+// 25.7-25.9 / 24.3-24.4 -> 22.2-22.5 / 20.3; bf16 1024x32767 (64 KB) lost: 46.9 / 47.8 -> 67.9 / 65.7; below 96 KB
+// ("s68 call 3", forced): 1024x41001 (82 KB) 79.2 / 77.3 -> 73.4 / 71.6, 1024x46001 82.6 / 80.8 -> 77.0 / 74.9, so s69
+// took them (80 KB); then the dual kernel took unaligned rows and beat it there ("s69 call A", resident -> forced dual,
+// cold / streamed): 1024x41001 72.7-72.8 / 71.9-72.1 -> 68.9-69.0 / 66.3-66.4, 1024x46001 77.5 / 75.3 -> 74.3 / 71.6;
+// 1024x50257 tied (79.0-79.5 / 77.5-77.7 -> 79.1-79.4 / 77.1-77.4) and 2048x50257 lost (144.4 / 145.6 -> 152.1 /
+// 150.8); but at two waves the dual kernel cuts the rows in two, its 16-bit rule refuses them, and the pipelined kernel
+// lost to the resident one ("s69 call C", cold / streamed): 267x41001 auto (pipelined) 32.3-32.5 / 30.3-30.6, forced
+// dual in one item 31.1 / 28.1, resident 27.9 / 24.9; 267x46001 33.2-33.3 / 29.4-29.5, 33.3 / 29.2, 29.7 / 25.5. So
+// rows of 80-96 KB take the dual kernel where it holds them in one item (kResidentMinUnalignedDualRowBytes;
+// heuristic_plan), else the resident one.
 constexpr int64_t kResidentMinRowBytes = 64 * 1024;
 constexpr int64_t kResidentMinChunkBytes = 96 * 1024;
 constexpr int64_t kResidentMinWavesRowBytes = 120 * 1024;
 constexpr int64_t kResidentMinFloatRowBytes = 144 * 1024;
-constexpr int64_t kResidentMinUnalignedWavesRowBytes = 96 * 1024;
+constexpr int64_t kResidentMinUnalignedWavesRowBytes = 80 * 1024;
+constexpr int64_t kResidentMinUnalignedDualRowBytes = 96 * 1024;
 constexpr double kResidentMinFill = 0.9;  // the teams' blocks (resident_teams)
 template <typename T> int64_t resident_chunks(const RowsShape& s) {
   // (and a device whose opt-in shared memory holds the longest item's pieces next to the static arrays)
@@ -506,16 +512,12 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
       plan.rows = static_cast<int>(teams);
       return plan;
     }
-    if (resident_items > 0) {
-      plan.kind = RowsKind::Resident;
-      plan.chunks = static_cast<int>(resident_items);
-      return plan;
-    }
     const int ring_one = pipe_ring_pieces(s, 1);
     const int ring_two = pipe_ring_pieces(s, 2);
     const int chunks_one = pipe_chunks<T>(s, 1, ring_one);
     const bool few_long_rows = chunks_one > 1 && s.rows * 8 <= s.sms;
     const bool whole_rows_one_per_sm = chunks_one == 1 && s.rows >= s.sms && pipe_chunks<T>(s, 2, ring_two) > 1;
+    int64_t dual_items = 0;  // the dual plan's chunks, or 0
     if (s.dual) {
       const int64_t chunks = dual_chunks<T>(s);
       // An item must also fit the ring (it does on sm_90's 227 KB; guards smaller opt-in shared memory).
@@ -545,11 +547,21 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
       const bool whole_rows = chunks_one == 1 && s.rows >= s.sms;
       const bool dual_whole_rows = whole_rows && ((sizeof(T) == 4 && chunks <= 2) ||
                                                 (sizeof(T) == 2 && chunks == 1 && whole_rows_one_per_sm));
-      if (fits && two_rounds && (split_rows || dual_whole_rows)) {
-        plan.kind = RowsKind::Dual;
-        plan.chunks = static_cast<int>(chunks);
-        return plan;
-      }
+      if (fits && two_rounds && (split_rows || dual_whole_rows)) dual_items = chunks;
+    }
+    // 16-bit unaligned whole rows of 80-96 KB beyond one wave take the dual kernel where it holds them in one item (it
+    // cuts rows that fill a few waves in two, and its 16-bit rule refuses those), else the resident kernel.
+    const bool dual_over_resident = !s.aligned && sizeof(T) == 2 && s.rows > s.sms &&
+                                    s.row_bytes < kResidentMinUnalignedDualRowBytes;
+    if (resident_items > 0 && !(dual_over_resident && dual_items > 0)) {
+      plan.kind = RowsKind::Resident;
+      plan.chunks = static_cast<int>(resident_items);
+      return plan;
+    }
+    if (dual_items > 0) {
+      plan.kind = RowsKind::Dual;
+      plan.chunks = static_cast<int>(dual_items);
+      return plan;
     }
     // 16-bit whole rows that leave fewer than 3 of the one-block ring's pieces free (> 176 KB of 16 KiB pieces
     // on the H100) stream the next row in too late: they are cut over two blocks per SM instead. H100 sweeps

@@ -935,9 +935,7 @@ def test_resident_routing_cuda():
     # test_resident_whole_rows_cuda (bf16 and fp32), each on the resident kernel with its teams (rows=N) or its
     # chunks; and fp32 rows it leaves to the other kernels (128 KB beyond one wave; 16 MB rows in 5 or 8, whose
     # sms / rows chunks would be over 512 KB), and unaligned bf16 rows of under 80 KB beyond one wave.
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    if torch.cuda.get_device_capability() < (9, 0) or sms < 100:
-        pytest.skip("the resident kernel's rules are written for sm_90 parts of 100 SMs or more")
+    sms = _large_sm90_sms("resident")
     expected = [(shape, "bfloat16", pattern) for shape, pattern in _resident_shapes().items()]
     expected += [(shape, "float32", pattern) for shape, pattern in _resident_shapes(torch.float32).items()]
     expected += [((3 * sms, 32768), "float32", None), ((5, 4194304), "float32", None), ((8, 4194304), "float32", None)]
@@ -947,6 +945,14 @@ def test_resident_routing_cuda():
             assert "kind=resident" not in line, (dtype, line)
         else:
             assert re.search(rf"plan: {rows}x{cols} kind=resident,.*{pattern}$", line), (dtype, line)
+
+
+def _large_sm90_sms(kernel):
+    # The SMs of the device, for the routing tests, whose rules are written for sm_90 parts of >= 100 SMs; skips others.
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    if torch.cuda.get_device_capability() < (9, 0) or sms < 100:
+        pytest.skip(f"the {kernel} kernel's rules are written for sm_90 parts of 100 SMs or more")
+    return sms
 
 
 def _auto_plans(expected):
@@ -985,9 +991,8 @@ def test_dual_unaligned_rows_cuda():
 @pytest.mark.cuda
 @requires_cuda
 def test_dual_unaligned_routing_cuda():
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    if torch.cuda.get_device_capability() < (9, 0) or sms < 100:
-        pytest.skip("the dual kernel's rules are written for sm_90 parts of 100 SMs or more")
+    # Which kernel "auto" takes for the shapes of _dual_unaligned_shapes: the dual kernel, every one.
+    _large_sm90_sms("dual")
     expected = [(shape, str(dtype).split(".")[1]) for shape, dtype in _dual_unaligned_shapes()]
     for (shape, dtype), line in zip(expected, _auto_plans(expected)):
         assert " kind=dual," in line, (dtype, line)

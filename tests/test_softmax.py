@@ -972,7 +972,8 @@ def _dual_unaligned_shapes():
     # Unaligned rows (odd lengths) "auto" gives the dual kernel on sm_90 parts of >= 100 SMs, as their aligned kin:
     # fp32 whole rows of 64-128 KB where rows fill the SMs, fp32 rows split into items of <= 128 KB over more than
     # one round (resident_chunks takes neither: whole rows from 144 KB, items of <= 512 KB), and 16-bit whole rows of
-    # 80-96 KB beyond one wave in one item (else resident_chunks' from 80 KB: dual_chunks cuts 2 sms + 3 of them in two).
+    # 80-96 KB beyond one wave in one item (else resident_chunks' from 80 KB: dual_chunks cuts 2 sms + 3 of them in
+    # two).
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     return [((2 * sms + 3, 32767), torch.float32), ((sms + 5, 20001), torch.float32), ((8, 4194303), torch.float32),
             ((sms - 4, 262143), torch.float32), ((4 * sms + 1, 41001), torch.bfloat16),

@@ -320,8 +320,7 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_dual_rows_kernel(const Pi
         s_ring, pipe::StartSignal{swapped ? 0 : kStartBarrier, kThreads, kStartPiece<T>});
   } else {
     if (!swapped) asm volatile("bar.sync %0, %1;\n" ::"r"(kStartBarrier), "r"(kThreads) : "memory");
-    register_items<T, kLoadsInFlight, kSoftmaxOnly, kShifted>(p, swapped ? blockIdx.x : blockIdx.x + gridDim.x, step,
-                                                              s_reg);
+    register_items<T, kLoadsInFlight, kSoftmaxOnly, kShifted>(p, swapped ? blockIdx.x : blockIdx.x + gridDim.x, step, s_reg);
   }
 #endif
 }

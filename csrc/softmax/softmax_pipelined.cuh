@@ -238,8 +238,7 @@ __device__ __forceinline__ void store_item(T* y, const uint4* ring, int base, in
     }
   }
   if (t == 0 && (iv.head_edge() || iv.tail_edge())) {
-    store_edge_vectors<T>(y, iv, term,
-                          [&](int g) { return ring_vector(ring, base, ring_vecs, g == 0 ? 0 : iv.vecs - 1); });
+    store_edge_vectors<T>(y, iv, term, [&](int g) { return ring_vector(ring, base, ring_vecs, g == 0 ? 0 : iv.vecs - 1); });
   }
 }
 

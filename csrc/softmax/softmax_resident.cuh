@@ -262,8 +262,7 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
   // kShifted: the item's 16-byte vectors on the memory's grid (pipe::ItemVectors): [iv.lo, iv.hi) lie wholly in the
   // item and take the parts below; the edges, a vector the item shares with its neighbours (an unaligned row: odd
   // length or base off the grid, the output on the input's grid), are thread 0's, element by element.
-  // (x_first is taken again below the barrier as the kernels before Shifted did: the aligned kernels' code stays
-  // theirs.)
+  // (x_first is taken again below the barrier as the kernels before Shifted did: the aligned kernels' code stays theirs.)
   const auto item_x = [&] { return p.x + span.row * p.len + span.begin; };
   const pipe::ItemVectors<T> iv(kShifted ? item_x() : nullptr, span.begin, span.end, kShifted);
   const bool edges = kShifted && t == 0 && (iv.head_edge() || iv.tail_edge());
@@ -328,8 +327,7 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
   if (edges) {
     cp_async_wait_all();
     const uint4 edge[2] = {
-        iv.head_edge() ? outside_as_neg_inf<T>(pipe::edge_slots()[0], iv.shift, iv.shift + iv.length)
-                       : neg_inf_vector<T>(),
+        iv.head_edge() ? outside_as_neg_inf<T>(pipe::edge_slots()[0], iv.shift, iv.shift + iv.length) : neg_inf_vector<T>(),
         iv.tail_edge() ? outside_as_neg_inf<T>(pipe::edge_slots()[1], 0, iv.shift + iv.length - tail * kElems)
                        : neg_inf_vector<T>()};
     fold_vectors<T>(st, edge);

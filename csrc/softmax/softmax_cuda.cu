@@ -213,6 +213,12 @@ template <typename T> int pipe_chunks(const RowsShape& s, int per_sm, int ring_p
   return best;
 }
 
+// Ring pieces an item of chunk_elems takes in the pipelined and dual kernels: an unaligned row's items take up to one
+// more vector (ItemVectors, the shift to the 16-byte grid).
+template <typename T> int64_t item_ring_pieces(const RowsShape& s, int64_t chunk_elems) {
+  return ceil_div((chunk_elems + (s.aligned ? 0 : RowsTraits<T>::kVec)) * int64_t(sizeof(T)), kPipePieceBytes);
+}
+
 // Dual-role kernel (softmax_dual.cuh): chunks of at most kDualMaxItemBytes (the register role's capacity),
 // cut at multiples of 128 bytes (as pipe_chunk_elems, for the ring role's bulk copies).
 template <typename T> int64_t dual_chunk_elems(int64_t len, int64_t chunks) {
@@ -321,13 +327,17 @@ int64_t resident_fewest_chunks(int64_t row_bytes) { return ceil_div(row_bytes, k
 // lost to the resident one ("s69 call C", cold / streamed): 267x41001 auto (pipelined) 32.3-32.5 / 30.3-30.6, forced
 // dual in one item 31.1 / 28.1, resident 27.9 / 24.9; 267x46001 33.2-33.3 / 29.4-29.5, 33.3 / 29.2, 29.7 / 25.5. So
 // rows of 80-96 KB take the dual kernel where it holds them in one item (kResidentMinUnalignedDualRowBytes;
-// heuristic_plan), else the resident one.
+// heuristic_plan), else the resident one. And only from kDualOverResidentMinWaves waves: bf16 x41001 forced resident
+// against dual, us cold / streamed ("s70 call 1"): 264 rows 23.2 / 20.1 vs 23.5 / 21.8, 396 32.6 / 29.4 vs 33.2 / 31.3,
+// 529 42.9 / 40.5 vs 45.8 / 40.9; 660 49.2 / 46.9 vs 47.9 / 45.7, 792 57.5 / 55.5 vs 52.6 / 50.9, 1056 75.3 / 72.9
+// vs 70.8 / 67.5.
 constexpr int64_t kResidentMinRowBytes = 64 * 1024;
 constexpr int64_t kResidentMinChunkBytes = 96 * 1024;
 constexpr int64_t kResidentMinWavesRowBytes = 120 * 1024;
 constexpr int64_t kResidentMinFloatRowBytes = 144 * 1024;
 constexpr int64_t kResidentMinUnalignedWavesRowBytes = 80 * 1024;
 constexpr int64_t kResidentMinUnalignedDualRowBytes = 96 * 1024;
+constexpr int64_t kDualOverResidentMinWaves = 5;
 constexpr double kResidentMinFill = 0.9;  // the teams' blocks (resident_teams)
 template <typename T> int64_t resident_chunks(const RowsShape& s) {
   // (and a device whose opt-in shared memory holds the longest item's pieces next to the static arrays)
@@ -521,10 +531,7 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
     if (s.dual) {
       const int64_t chunks = dual_chunks<T>(s);
       // An item must also fit the ring (it does on sm_90's 227 KB; guards smaller opt-in shared memory).
-      const int64_t item_pieces = ceil_div((dual_chunk_elems<T>(s.len, chunks) + (s.aligned ? 0 : Traits::kVec)) *
-                                               int64_t(sizeof(T)),
-                                           kPipePieceBytes);
-      const bool fits = chunks <= s.sms && item_pieces <= ring_one;
+      const bool fits = chunks <= s.sms && item_ring_pieces<T>(s, dual_chunk_elems<T>(s.len, chunks)) <= ring_one;
       // Both roles get items only from a second round on: a launch of one round is the ring role alone, 4
       // warps where the pipelined kernel has 8 for 16-bit (s18: bf16 2x4194304 25.4 us vs 20.7; fp32
       // 1x4194304 22.4 vs 20.5).
@@ -549,9 +556,9 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
                                                 (sizeof(T) == 2 && chunks == 1 && whole_rows_one_per_sm));
       if (fits && two_rounds && (split_rows || dual_whole_rows)) dual_items = chunks;
     }
-    // 16-bit unaligned whole rows of 80-96 KB beyond one wave take the dual kernel where it holds them in one item (it
+    // 16-bit unaligned whole rows of 80-96 KB from five waves take the dual kernel where it holds them in one item (it
     // cuts rows that fill a few waves in two, and its 16-bit rule refuses those), else the resident kernel.
-    const bool dual_over_resident = !s.aligned && sizeof(T) == 2 && s.rows > s.sms &&
+    const bool dual_over_resident = !s.aligned && sizeof(T) == 2 && s.rows >= kDualOverResidentMinWaves * s.sms &&
                                     s.row_bytes < kResidentMinUnalignedDualRowBytes;
     if (resident_items > 0 && !(dual_over_resident && dual_items > 0)) {
       plan.kind = RowsKind::Resident;
@@ -784,8 +791,7 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
                      p.output, {}};
     pp.chunk_elems = pipe_chunk_elems<T>(s.len, plan.chunks, pp.ring_pieces);
     pp.chunks = static_cast<int>(ceil_div(s.len, pp.chunk_elems));  // rounding may leave fewer chunks
-    // (an unaligned row's items take up to one more vector in the ring: ItemVectors)
-    if (ceil_div(pp.chunk_elems + (s.aligned ? 0 : kVec), pp.piece_elems) > pp.ring_pieces) {
+    if (item_ring_pieces<T>(s, pp.chunk_elems) > pp.ring_pieces) {
       fail("a chunk does not fit the ring");
     }
     const int per_sm = pipe_blocks_per_sm<T>(plan.threads, pipe_smem_bytes(pp));
@@ -830,8 +836,7 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
     pp.chunk_elems = dual_chunk_elems<T>(s.len, plan.chunks);
     if (pp.chunk_elems * static_cast<int64_t>(sizeof(T)) > kDualMaxItemBytes) fail("chunks of more than 128 KB");
     pp.chunks = static_cast<int>(ceil_div(s.len, pp.chunk_elems));  // rounding may leave fewer chunks
-    // (an unaligned row's items take up to one more vector in the ring: ItemVectors)
-    if (ceil_div(pp.chunk_elems + (s.aligned ? 0 : kVec), pp.piece_elems) > pp.ring_pieces) {
+    if (item_ring_pieces<T>(s, pp.chunk_elems) > pp.ring_pieces) {
       fail("a chunk does not fit the ring");
     }
     if (dual_blocks_per_sm<T>(pipe_smem_bytes(pp)) < 1) fail("the block cannot be resident");
@@ -839,7 +844,7 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
     const auto work = split_workspace<T>(pp, p.x, s.rows, pp.chunks, stream);
     // One block per SM, whole rounds of rows (a multiple of chunks blocks).
     const int64_t grid = std::min<int64_t>(s.sms / pp.chunks, s.rows) * pp.chunks;
-    launch_dual_rows<T>(pp, s.aligned, static_cast<int>(grid), stream);
+    launch_dual_rows<T>(pp, static_cast<int>(grid), stream);
     return;
   }
 

@@ -37,7 +37,9 @@ template <typename T> int dual_blocks_per_sm(size_t smem_bytes) {
   return fewest;
 }
 
-template <typename T> void launch_dual_rows(const PipeParams<T>& p, bool aligned, int grid, cudaStream_t stream) {
+template <typename T> void launch_dual_rows(const PipeParams<T>& p, int grid, cudaStream_t stream) {
+  // Unaligned rows (the host sends them with the output on the input's grid) take the kShifted instantiation.
+  const bool aligned = rows_aligned16(p.x, p.y, p.len * int64_t(sizeof(T)));
   const bool softmax = p.output == SoftmaxOutput::Softmax;
   auto kernel = softmax ? dual::library_kernel<T, true> : dual::library_kernel<T, false>;
   if constexpr (kDualShifted<T>) {
@@ -55,7 +57,7 @@ template <typename T> void launch_dual_rows(const PipeParams<T>& p, bool aligned
   template bool dual_supported<T>();             \
   template bool dual_takes_unaligned<T>();       \
   template int dual_blocks_per_sm<T>(size_t);    \
-  template void launch_dual_rows<T>(const PipeParams<T>&, bool, int, cudaStream_t);
+  template void launch_dual_rows<T>(const PipeParams<T>&, int, cudaStream_t);
 FAE_INSTANTIATE_DUAL(float)
 FAE_INSTANTIATE_DUAL(double)
 FAE_INSTANTIATE_DUAL(__half)

@@ -184,13 +184,14 @@ template <typename T> size_t pipe_smem_bytes(const PipeParams<T>& p) {
 
 // Dual-role kernel (softmax_dual.cuh, sm_90+): one block of 640 threads per SM, the pipelined kernel's
 // ring for the even rounds of items and registers for the odd ones; items of at most kDualMaxItemBytes and
-// of at most ring_pieces pieces; grid a multiple of chunks. Cooperative when chunks > 1. Unaligned rows (aligned ==
-// false: the output on the input's grid) on their own instantiations, for fp32 and 16-bit types (dual_takes_unaligned).
+// of at most ring_pieces pieces; grid a multiple of chunks. Cooperative when chunks > 1. Unaligned rows (off
+// rows_aligned16; the output on the input's grid) on their own instantiations, for fp32 and 16-bit types
+// (dual_takes_unaligned).
 constexpr int64_t kDualMaxItemBytes = 128 * 1024;
 template <typename T> bool dual_supported();
 template <typename T> bool dual_takes_unaligned();
 template <typename T> int dual_blocks_per_sm(size_t smem_bytes);
-template <typename T> void launch_dual_rows(const PipeParams<T>& p, bool aligned, int grid, cudaStream_t stream);
+template <typename T> void launch_dual_rows(const PipeParams<T>& p, int grid, cudaStream_t stream);
 
 // Resident kernel (softmax_resident.cuh, sm_90+, 16-bit types and fp32, softmax and log_softmax): one block of 512
 // threads per item (row * chunks + chunk, chunk_elems of at most kResidentMaxItemBytes), one per SM; split rows (chunks

@@ -92,23 +92,6 @@ template <typename T> __device__ __forceinline__ auto item_terms_at(float m) {
   }
 }
 
-// v with its elements outside [lo, hi) (element indices of the vector) as -inf, so that a fold sees only the item's
-// own elements of an edge vector (pipe::ItemVectors).
-template <typename T> __device__ __forceinline__ uint4 outside_as_neg_inf(uint4 v, int lo, int hi) {
-  constexpr int kElems = 16 / sizeof(T);
-  constexpr uint32_t kElemMask = sizeof(T) == 4 ? 0xffffffffu : 0xffffu;
-  const uint4 ninf = neg_inf_vector<T>();
-  uint32_t w[4] = {v.x, v.y, v.z, v.w};
-  const uint32_t n[4] = {ninf.x, ninf.y, ninf.z, ninf.w};
-#pragma unroll
-  for (int j = 0; j < kElems; ++j) {
-    const int word = j * int(sizeof(T)) / 4;
-    const uint32_t mask = kElemMask << (j * int(sizeof(T)) % 4 * 8);
-    if (j < lo || j >= hi) w[word] = (w[word] & ~mask) | (n[word] & mask);
-  }
-  return make_uint4(w[0], w[1], w[2], w[3]);
-}
-
 // The sum of e(x) over N vectors.
 template <typename T, int N, typename Exp>
 __device__ __forceinline__ float sum_of_terms(const uint4 (&raw)[N], const Exp& e) {
@@ -326,11 +309,7 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
   }
   if (edges) {
     cp_async_wait_all();
-    const uint4 edge[2] = {
-        iv.head_edge() ? outside_as_neg_inf<T>(pipe::edge_slots()[0], iv.shift, iv.shift + iv.length) : neg_inf_vector<T>(),
-        iv.tail_edge() ? outside_as_neg_inf<T>(pipe::edge_slots()[1], 0, iv.shift + iv.length - tail * kElems)
-                       : neg_inf_vector<T>()};
-    fold_vectors<T>(st, edge);
+    pipe::fold_edge_vectors<T>(st, iv, [](int g) { return pipe::edge_slots()[g]; });
   }
   uint4 group[kL2Depth][kL2Group];
   const auto load_group = [&](uint4 (&g)[kL2Group], int index) {

@@ -844,6 +844,8 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
     const auto work = split_workspace<T>(pp, p.x, s.rows, pp.chunks, stream);
     // One block per SM, whole rounds of rows (a multiple of chunks blocks).
     const int64_t grid = std::min<int64_t>(s.sms / pp.chunks, s.rows) * pp.chunks;
+    // Whole rows in an odd number of rounds: the register role takes the last one (softmax_dual.cuh).
+    pp.registers_first = pp.chunks == 1 && ceil_div(s.rows, grid) % 2 == 1;
     launch_dual_rows<T>(pp, static_cast<int>(grid), stream);
     return;
   }

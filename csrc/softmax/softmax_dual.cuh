@@ -284,7 +284,8 @@ __device__ __forceinline__ void register_items(const PipeParams<T>& p, int64_t f
 // [k * gridDim.x, (k + 1) * gridDim.x) holds whole rows); items of at most kDualMaxItemBytes and of at most
 // p.ring_pieces pieces. Block: kThreads = the ring role (threads [0, 128), rounds 0, 2, 4, ...) + the
 // register role (threads [128, 640), rounds 1, 3, 5, ...), the other way round in the odd row groups of 16-bit
-// split rows (blocks [k * chunks, (k + 1) * chunks), k odd). Dynamic shared memory: the ring.
+// split rows (blocks [k * chunks, (k + 1) * chunks), k odd) and in every block for whole rows in an odd number of
+// rounds. Dynamic shared memory: the ring.
 // Deadlock freedom: each role's items ascend and its rows' chunks lie in one of its rounds (a row's chunks
 // lie in one row group, so in the swapped groups too they meet in the same role), so the induction of
 // reduce_row_state holds per role; the roles wait on nothing of each other's except the start barrier, which
@@ -313,7 +314,10 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_dual_rows_kernel(const Pi
   // faster streamed, 0.5-1 us cold ("s36 calls 7-8"); a start delay of 2 us for the odd groups instead gained as
   // much streamed but lost 1 us cold ("s36 call 6"), and the ring role waiting for the register role's first
   // loads there lost 3-5 us ("s36 call 7"). fp32 split rows did not move, and fp32 whole rows lost 4 us.
-  const bool swapped = sizeof(T) == 2 && p.chunks > 1 && (blockIdx.x / p.chunks) % 2 == 1;
+  // And every block swaps where the host says so (p.registers_first: whole rows in an odd number of rounds), so
+  // that the last round's items go to the register role: the ring role's 4 warps alone on an SM are compute-bound
+  // (a lone 128 KB item took ~8.6 us: fp32 529x32768 ran 46.1 us cold against 528x32768's 37.5, NOTES "s70 call 3").
+  const bool swapped = p.registers_first || (sizeof(T) == 2 && p.chunks > 1 && (blockIdx.x / p.chunks) % 2 == 1);
   if (threadIdx.x < kRingThreads) {
     pipe::ring_items<T, true, kRingWindow, kSoftmaxOnly, kShifted>(
         p, swapped ? blockIdx.x + gridDim.x : blockIdx.x, step, RoleTeam{0, kRingThreads, kRingBarrier}, ring, bars,

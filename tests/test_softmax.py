@@ -891,10 +891,8 @@ def _resident_shapes(dtype=torch.bfloat16):
              (sms + 9, 61440), (8 * sms + 1, 66000))
     # unaligned rows (odd lengths), no teams: whole rows within one wave and beyond, split rows
     chunks += ((sms - 4, 32769), (sms // 2, 300001), (5, 4194303))
-    # unaligned: from 80 KB (82 KB rows at 2 sms + 3: the dual kernel would cut them in two; 80-96 KB rows take the
-    # dual kernel only from 5 waves)
-    waves += ((sms + 1, 151937), (3 * sms - 5, 262143), (2 * sms + 3, 50257), (2 * sms + 3, 41001),
-              (4 * sms + 1, 41001), (4 * sms, 46001))
+    # unaligned: from 80 KB (82 KB rows at 2 sms + 3: the dual kernel would cut them in two)
+    waves += ((sms + 1, 151937), (3 * sms - 5, 262143), (2 * sms + 3, 50257), (2 * sms + 3, 41001))
     plans = {shape: f"chunks=1,.*rows={t}" for shape, t in teams.items()}
     plans.update({(r, c): f"chunks={sms // r},.*rows=0" for r, c in chunks})
     plans.update({shape: "chunks=1,.*rows=0" for shape in waves})
@@ -974,11 +972,12 @@ def _dual_unaligned_shapes():
     # Unaligned rows (odd lengths) "auto" gives the dual kernel on sm_90 parts of >= 100 SMs, as their aligned kin:
     # fp32 whole rows of 64-128 KB where rows fill the SMs, fp32 rows split into items of <= 128 KB over more than
     # one round (resident_chunks takes neither: whole rows from 144 KB, items of <= 512 KB), and 16-bit whole rows of
-    # 80-96 KB from five waves in one item (else resident_chunks' from 80 KB).
+    # 80-96 KB beyond one wave in one item (else resident_chunks' from 80 KB: dual_chunks cuts 2 sms + 3 of them in
+    # two), in an odd number of rounds (the register role takes the last: registers_first) and in an even one.
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     return [((2 * sms + 3, 32767), torch.float32), ((sms + 5, 20001), torch.float32), ((8, 4194303), torch.float32),
-            ((sms - 4, 262143), torch.float32), ((5 * sms + 1, 41001), torch.bfloat16),
-            ((5 * sms, 46001), torch.float16)]
+            ((sms - 4, 262143), torch.float32), ((4 * sms + 1, 41001), torch.bfloat16),
+            ((4 * sms, 46001), torch.float16), ((3 * sms - 7, 46001), torch.bfloat16)]
 
 
 @pytest.mark.cuda

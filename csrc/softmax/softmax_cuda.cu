@@ -327,17 +327,17 @@ int64_t resident_fewest_chunks(int64_t row_bytes) { return ceil_div(row_bytes, k
 // lost to the resident one ("s69 call C", cold / streamed): 267x41001 auto (pipelined) 32.3-32.5 / 30.3-30.6, forced
 // dual in one item 31.1 / 28.1, resident 27.9 / 24.9; 267x46001 33.2-33.3 / 29.4-29.5, 33.3 / 29.2, 29.7 / 25.5. So
 // rows of 80-96 KB take the dual kernel where it holds them in one item (kResidentMinUnalignedDualRowBytes;
-// heuristic_plan), else the resident one. And only from kDualOverResidentMinWaves waves: bf16 x41001 forced resident
-// against dual, us cold / streamed ("s70 call 1"): 264 rows 23.2 / 20.1 vs 23.5 / 21.8, 396 32.6 / 29.4 vs 33.2 / 31.3,
-// 529 42.9 / 40.5 vs 45.8 / 40.9; 660 49.2 / 46.9 vs 47.9 / 45.7, 792 57.5 / 55.5 vs 52.6 / 50.9, 1056 75.3 / 72.9
-// vs 70.8 / 67.5.
+// heuristic_plan), else the resident one. Where the dual kernel ran an odd number of rounds it lost to the resident
+// kernel until 16-bit whole rows in an odd number of rounds gave the last one to the register role (registers_first):
+// bf16 x41001, forced resident against dual before it, us cold ("s70 calls 1, 3"): 396 rows 32.6 vs 33.2, 529 42.9 vs
+// 45.8, 561 45.8 vs 46.8, 660 49.2 vs 47.9; after it ("s70 call 4") dual 529 39.1-39.3, 660 44.4. Even rounds: 264
+// 23.2 vs 23.5, 462 39.5 vs 35.9, 528 40.0 vs 36.6, 792 57.5 vs 52.6, 1056 75.3 vs 70.8.
 constexpr int64_t kResidentMinRowBytes = 64 * 1024;
 constexpr int64_t kResidentMinChunkBytes = 96 * 1024;
 constexpr int64_t kResidentMinWavesRowBytes = 120 * 1024;
 constexpr int64_t kResidentMinFloatRowBytes = 144 * 1024;
 constexpr int64_t kResidentMinUnalignedWavesRowBytes = 80 * 1024;
 constexpr int64_t kResidentMinUnalignedDualRowBytes = 96 * 1024;
-constexpr int64_t kDualOverResidentMinWaves = 5;
 constexpr double kResidentMinFill = 0.9;  // the teams' blocks (resident_teams)
 template <typename T> int64_t resident_chunks(const RowsShape& s) {
   // (and a device whose opt-in shared memory holds the longest item's pieces next to the static arrays)
@@ -556,9 +556,9 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
                                                 (sizeof(T) == 2 && chunks == 1 && whole_rows_one_per_sm));
       if (fits && two_rounds && (split_rows || dual_whole_rows)) dual_items = chunks;
     }
-    // 16-bit unaligned whole rows of 80-96 KB from five waves take the dual kernel where it holds them in one item (it
+    // 16-bit unaligned whole rows of 80-96 KB beyond one wave take the dual kernel where it holds them in one item (it
     // cuts rows that fill a few waves in two, and its 16-bit rule refuses those), else the resident kernel.
-    const bool dual_over_resident = !s.aligned && sizeof(T) == 2 && s.rows >= kDualOverResidentMinWaves * s.sms &&
+    const bool dual_over_resident = !s.aligned && sizeof(T) == 2 && s.rows > s.sms &&
                                     s.row_bytes < kResidentMinUnalignedDualRowBytes;
     if (resident_items > 0 && !(dual_over_resident && dual_items > 0)) {
       plan.kind = RowsKind::Resident;
@@ -844,8 +844,8 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
     const auto work = split_workspace<T>(pp, p.x, s.rows, pp.chunks, stream);
     // One block per SM, whole rounds of rows (a multiple of chunks blocks).
     const int64_t grid = std::min<int64_t>(s.sms / pp.chunks, s.rows) * pp.chunks;
-    // Whole rows in an odd number of rounds: the register role takes the last one (softmax_dual.cuh).
-    pp.registers_first = pp.chunks == 1 && ceil_div(s.rows, grid) % 2 == 1;
+    // 16-bit whole rows in an odd number of rounds: the register role takes the last one (softmax_dual.cuh).
+    pp.registers_first = sizeof(T) == 2 && pp.chunks == 1 && ceil_div(s.rows, grid) % 2 == 1;
     launch_dual_rows<T>(pp, static_cast<int>(grid), stream);
     return;
   }

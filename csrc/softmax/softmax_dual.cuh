@@ -284,8 +284,8 @@ __device__ __forceinline__ void register_items(const PipeParams<T>& p, int64_t f
 // [k * gridDim.x, (k + 1) * gridDim.x) holds whole rows); items of at most kDualMaxItemBytes and of at most
 // p.ring_pieces pieces. Block: kThreads = the ring role (threads [0, 128), rounds 0, 2, 4, ...) + the
 // register role (threads [128, 640), rounds 1, 3, 5, ...), the other way round in the odd row groups of 16-bit
-// split rows (blocks [k * chunks, (k + 1) * chunks), k odd) and in every block for whole rows in an odd number of
-// rounds. Dynamic shared memory: the ring.
+// split rows (blocks [k * chunks, (k + 1) * chunks), k odd) and in every block for 16-bit whole rows in an odd number
+// of rounds (p.registers_first). Dynamic shared memory: the ring.
 // Deadlock freedom: each role's items ascend and its rows' chunks lie in one of its rounds (a row's chunks
 // lie in one row group, so in the swapped groups too they meet in the same role), so the induction of
 // reduce_row_state holds per role; the roles wait on nothing of each other's except the start barrier, which
@@ -314,10 +314,13 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_dual_rows_kernel(const Pi
   // faster streamed, 0.5-1 us cold ("s36 calls 7-8"); a start delay of 2 us for the odd groups instead gained as
   // much streamed but lost 1 us cold ("s36 call 6"), and the ring role waiting for the register role's first
   // loads there lost 3-5 us ("s36 call 7"). fp32 split rows did not move, and fp32 whole rows lost 4 us.
-  // And every block swaps where the host says so (p.registers_first: whole rows in an odd number of rounds), so
-  // that the last round's items go to the register role: the ring role's 4 warps alone on an SM are compute-bound
-  // (a lone 128 KB item took ~8.6 us: fp32 529x32768 ran 46.1 us cold against 528x32768's 37.5, NOTES "s70 call 3").
-  const bool swapped = p.registers_first || (sizeof(T) == 2 && p.chunks > 1 && (blockIdx.x / p.chunks) % 2 == 1);
+  // 16-bit whole rows in an odd number of rounds (p.registers_first): every block swaps, so that the last round's
+  // items go to the register role, not to the ring role's 4 warps alone on the SM: forced dual, us cold / streamed
+  // (NOTES "s70 call 4"), bf16 529x41001 45.6-46.0 / 41.1-41.2 -> 39.1-39.3 / 38.6-38.8, 660x41001 48.3-48.6 /
+  // 45.5-45.6 -> 44.4 / 43.3-43.4. fp32 lost (529x32768 44.8-45.0 -> 46.4-46.5, 396x32768 31.3 -> 34.2-34.3), as its
+  // whole rows did in the split rows' schedule, so it keeps one schedule (and its code: the test is compile-time).
+  const bool swapped =
+      sizeof(T) == 2 && (p.registers_first || (p.chunks > 1 && (blockIdx.x / p.chunks) % 2 == 1));
   if (threadIdx.x < kRingThreads) {
     pipe::ring_items<T, true, kRingWindow, kSoftmaxOnly, kShifted>(
         p, swapped ? blockIdx.x + gridDim.x : blockIdx.x, step, RoleTeam{0, kRingThreads, kRingBarrier}, ring, bars,

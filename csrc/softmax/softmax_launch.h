@@ -135,7 +135,7 @@ template <typename T> struct PipeParams {
   RowExchange exchange;    // chunks > 1 only
   GridOrder order;
   int teams = 1;           // resident kernel: whole rows a block holds, one per team (kResidentTeams); 1: one item
-  bool registers_first = false;  // dual kernel: the register role takes the even rounds in every block
+  bool registers_first = false;  // dual kernel, 16-bit types: the register role takes the even rounds in every block
 };
 
 // Rows that do not fit on chip: separate passes over global memory. Items are (row, chunk) pairs.

@@ -743,10 +743,13 @@ from reference import softmax_ref, log_softmax_ref, logsumexp_ref
 ops = ((fae.softmax, softmax_ref, torch.softmax), (fae.log_softmax, log_softmax_ref, torch.log_softmax),
        (fae.logsumexp, logsumexp_ref, torch.logsumexp))
 import os
-shapes = ((5, 4096), (200, 8192), (7, 40_000))
+sms = torch.cuda.get_device_properties(0).multi_processor_count
+# (3 sms, 5 sms - 7 and 7 sms - 3 rows: the dual kernel's whole rows in odd round counts, 3 with the last full, 5 and 7
+# with the last part-filled; the register role takes the last round: 16-bit rows from 3 rounds, fp32 from 5)
+shapes = ((5, 4096), (200, 8192), (7, 40_000), (3 * sms, 4096), (5 * sms - 7, 4096), (7 * sms - 3, 4096))
 # odd lengths: each row's items shifted onto the 16-byte grid, every shift among the rows (the 200 and 300 rows: the
-# dual kernel's second round, its register role)
-odd = ((5, 4097), (7, 40_003), (200, 8193), (300, 4097))
+# dual kernel's second round, its register role; 300 rows: 3 rounds on 132 SMs; 5 sms: 5 rounds, the last full)
+odd = ((5, 4097), (7, 40_003), (200, 8193), (300, 4097), (5 * sms, 4097))
 dual = os.environ["FAE_SOFTMAX_CONFIG"].startswith("kind=dual")
 for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.float64):
     unaligned = not (dual and dtype == torch.float64)  # the dual kernel takes unaligned fp64 rows not at all

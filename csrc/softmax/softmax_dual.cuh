@@ -188,7 +188,8 @@ __device__ __forceinline__ void store_registers(T* y, const uint4 (&raw)[kRegVec
   }
 }
 
-// The register role's walk over its items first_item, first_item + step, ...: thread t loads vectors
+// The register role's walk over its items first_item, first_item + step, ... (and, fp32 with p.last_round, the
+// block's item of the last round after them: the trace's item numbers then repeat): thread t loads vectors
 // t, t + kRegThreads, ... of the item (-inf past its end), folds them (bfloat16: online, fold_online_16bit; the
 // others: the max, then the sum against it), merges with the role and exchanges the row, then normalizes and
 // stores from registers. Stores are evict-first for every type: with the default policy the fp32 role ran 1.4x
@@ -209,7 +210,12 @@ __device__ __forceinline__ void register_items(const PipeParams<T>& p, int64_t f
   const int t = team.rank();
   const int64_t items = p.rows * p.chunks;
 
-  for (int64_t item = first_item; item < items; item += step) {
+  // (fp32, p.last_round > 0: after its last item below the last round, the role takes the block's item of that round
+  // too; compile-time, so that the other types' code stays as measured: 16-bit types spilled 20-50 B more with it)
+  const auto next_item = [&](int64_t item) {
+    return sizeof(T) == 4 && item + step >= items && item < p.last_round ? item + gridDim.x : item + step;
+  };
+  for (int64_t item = first_item; item < items; item = next_item(item)) {
     const RowChunk span(item, p.chunks, p.chunk_elems, p.len);
     const T* const x_first = p.x + span.row * p.len + span.begin;
     const pipe::ItemVectors<T> iv(x_first, span.begin, span.end, kShifted);
@@ -285,7 +291,8 @@ __device__ __forceinline__ void register_items(const PipeParams<T>& p, int64_t f
 // p.ring_pieces pieces. Block: kThreads = the ring role (threads [0, 128), rounds 0, 2, 4, ...) + the
 // register role (threads [128, 640), rounds 1, 3, 5, ...), the other way round in the odd row groups of 16-bit
 // split rows (blocks [k * chunks, (k + 1) * chunks), k odd) and in every block for 16-bit whole rows in an odd number
-// of rounds (p.registers_first). Dynamic shared memory: the ring.
+// of rounds (p.registers_first); fp32 whole rows in an odd number of rounds R: the ring role rounds 0, 2, ..., R - 3,
+// the register role 1, 3, ..., R - 2 and R - 1 (p.last_round). Dynamic shared memory: the ring.
 // Deadlock freedom: each role's items ascend and its rows' chunks lie in one of its rounds (a row's chunks
 // lie in one row group, so in the swapped groups too they meet in the same role), so the induction of
 // reduce_row_state holds per role; the roles wait on nothing of each other's except the start barrier, which
@@ -322,8 +329,12 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_dual_rows_kernel(const Pi
   const bool swapped =
       sizeof(T) == 2 && (p.registers_first || (p.chunks > 1 && (blockIdx.x / p.chunks) % 2 == 1));
   if (threadIdx.x < kRingThreads) {
+    // fp32 whole rows in an odd number of rounds (p.last_round > 0): the ring role stops before the last round,
+    // which the register role takes (register_items), so that the ring role's 4 warps do not run it alone on the SM.
+    PipeParams<T> ring_p = p;
+    if (sizeof(T) == 4 && p.last_round > 0) ring_p.rows = p.last_round;
     pipe::ring_items<T, true, kRingWindow, kSoftmaxOnly, kShifted>(
-        p, swapped ? blockIdx.x + gridDim.x : blockIdx.x, step, RoleTeam{0, kRingThreads, kRingBarrier}, ring, bars,
+        ring_p, swapped ? blockIdx.x + gridDim.x : blockIdx.x, step, RoleTeam{0, kRingThreads, kRingBarrier}, ring, bars,
         s_ring, pipe::StartSignal{swapped ? 0 : kStartBarrier, kThreads, kStartPiece<T>});
   } else {
     if (!swapped) asm volatile("bar.sync %0, %1;\n" ::"r"(kStartBarrier), "r"(kThreads) : "memory");

@@ -136,6 +136,7 @@ template <typename T> struct PipeParams {
   GridOrder order;
   int teams = 1;           // resident kernel: whole rows a block holds, one per team (kResidentTeams); 1: one item
   bool registers_first = false;  // dual kernel, 16-bit types: the register role takes the even rounds in every block
+  int64_t last_round = 0;  // dual kernel, fp32 whole rows: > 0, the first row of a last round the register role takes
 };
 
 // Rows that do not fit on chip: separate passes over global memory. Items are (row, chunk) pairs.

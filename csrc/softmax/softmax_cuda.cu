@@ -357,7 +357,8 @@ template <typename T> int64_t resident_chunks(const RowsShape& s) {
 
 // The whole rows per block (teams) "auto" takes the resident kernel with, or 0: 16-bit rows that fill a team's
 // registers and shared memory, 384-512 KB / teams (2, 4 or 8 teams: rows of 96-128, 48-64 or 24-32 K elements), whose
-// blocks fill at least kResidentMinFill of one wave, or several waves (as resident_chunks' whole rows). Why: the
+// blocks fill at least kResidentMinFill of one wave, or several waves (as resident_chunks' whole rows; 4 a block only
+// at kResidentMinFill of the waves they span: heuristic_plan). Why: the
 // pipelined and dual kernels those rows took otherwise fold and store in the same phases on every SM (see
 // softmax_resident.cuh). H200, bf16, us cold / streamed, pipelined or dual -> teams: rows of exactly 512 KB / teams
 // (NOTES "s64 call 6") 1024x32768 43.1-43.5 / 42.7-42.8 -> 40.8 / 41.2-41.3, 1000x32768 42.5 / 42.2-42.3 -> 41.2-41.3 /
@@ -512,10 +513,18 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
     }
     // 0. Resident (sm_90+, 16-bit or fp32; unaligned rows with the output on the input's grid, no teams): items a
     // block holds whole (resident_chunks, resident_teams); teams first where their items are exactly 512 KB (the
-    // instantiation without bounds) or fill one wave.
+    // instantiation without bounds) or fill one wave, or beyond it where resident_chunks takes no whole rows, 4 a
+    // block (there rows of 96-120 KB, which the dual kernel holds whole) only where their blocks fill kResidentMinFill
+    // of the waves they span (an average: 2048x49152's 512 blocks fill 88 % of their last wave). Bf16, us cold, teams
+    // -> dual (NOTES "s71 call 4", "s71 call 5"): 594x49152 52.6 -> 43.0 (1.13
+    // waves), 660x49152 55.0 -> 44.8, 792x49152 59.1 -> 52.5, 594x61000 67.4 -> 50.6, 530x50000 46.5 -> 41.8; teams
+    // won in full waves, 1056x49152 65.5 against 67.8, 2048x49152 124.1 against 127.4, 1024x61000 81.3 against 83.2,
+    // and at 529x49152 (one row past a wave; 38.8 against 40.8: left to dual). 8 a block (48-64 KB): not measured.
     const int64_t teams = resident_teams<T>(s);
-    const bool teams_first = teams > 0 && (resident_items == 0 || s.row_bytes * teams == kResidentMaxItemBytes ||
-                                           ceil_div(s.rows, teams) <= s.sms);
+    const int64_t team_blocks = teams > 0 ? ceil_div(s.rows, teams) : 0;
+    const bool teams_fill_waves = team_blocks >= kResidentMinFill * ceil_div(team_blocks, s.sms) * s.sms;
+    const bool teams_first = teams > 0 && (s.row_bytes * teams == kResidentMaxItemBytes || team_blocks <= s.sms ||
+                                           (resident_items == 0 && (teams != 4 || teams_fill_waves)));
     if (teams_first) {
       plan.kind = RowsKind::Resident;
       plan.chunks = 1;

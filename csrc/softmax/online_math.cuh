@@ -298,7 +298,9 @@ template <> struct VecIO<double> {
 };
 template <> struct VecIO<__half> {
   static __device__ __forceinline__ float2 unpack2(unsigned w) { return __half22float2(bit_cast<__half2>(w)); }
-  static __device__ __forceinline__ unsigned pack2(float a, float b) { return bit_cast<unsigned>(__floats2half2_rn(a, b)); }
+  static __device__ __forceinline__ unsigned pack2(float a, float b) {
+    return bit_cast<unsigned>(__floats2half2_rn(a, b));
+  }
   static __device__ __forceinline__ void unpack(uint4 r, float (&v)[8]) {
     const unsigned w[4] = {r.x, r.y, r.z, r.w};
 #pragma unroll

@@ -73,7 +73,9 @@ __global__ void __launch_bounds__(kColumnThreads) softmax_columns_kernel(const C
     }
 
     if (p.output == SoftmaxOutput::LogSumExp) {
-      if (threadIdx.y == 0 && col < p.inner) p.y[o * p.inner + col] = from_acc<T>(static_cast<acc_t<T>>(row_lse(col_state)));
+      if (threadIdx.y == 0 && col < p.inner) {
+        p.y[o * p.inner + col] = from_acc<T>(static_cast<acc_t<T>>(row_lse(col_state)));
+      }
       continue;
     }
     // Last pass: normalize.

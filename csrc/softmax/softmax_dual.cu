@@ -11,7 +11,8 @@
 namespace flash_attn_ext {
 namespace softmax {
 
-// The instantiations for unaligned rows (kShifted): fp32 and 16-bit types (fp64 rows take the dual kernel aligned only).
+// The instantiations for unaligned rows (kShifted): fp32 and 16-bit types (fp64 rows take the dual kernel aligned
+// only).
 template <typename T> constexpr bool kDualShifted = sizeof(T) <= 4;
 
 // As the pipelined kernel: the body exists only in sm_90+ code.
@@ -32,7 +33,8 @@ template <typename T> int dual_blocks_per_sm(size_t smem_bytes) {
   const auto per_sm = [smem_bytes](auto kernel) { return resident_blocks_per_sm(kernel, dual::kThreads, smem_bytes); };
   int fewest = std::min(per_sm(dual::library_kernel<T, true>), per_sm(dual::library_kernel<T, false>));
   if constexpr (kDualShifted<T>) {
-    fewest = std::min({fewest, per_sm(dual::library_kernel<T, true, true>), per_sm(dual::library_kernel<T, false, true>)});
+    fewest = std::min(
+        {fewest, per_sm(dual::library_kernel<T, true, true>), per_sm(dual::library_kernel<T, false, true>)});
   }
   return fewest;
 }

@@ -251,7 +251,7 @@ __device__ __forceinline__ void register_items(const PipeParams<T>& p, int64_t f
     }
     if (edges) {
       cp_async_wait_all();
-      pipe::fold_edge_vectors<T>(local, iv, [](int g) { return pipe::edge_slots()[g]; });
+      pipe::fold_edge_vectors<T>(local, iv, pipe::EdgeSlotsAt{});
     }
     FAE_PHASE_STAMP(t, 1, (item - first_item) / step, 1);
     const OnlineState<A> row_state = reduce_row_state(p.exchange, p.chunks, span.row, item, local, scratch, team);
@@ -274,11 +274,11 @@ __device__ __forceinline__ void register_items(const PipeParams<T>& p, int64_t f
     }
     if (edges) {
       // (the slots are read here, before the next item's copies into them are issued)
-      const auto edge_at = [](int g) { return pipe::edge_slots()[g]; };
+      T* const y_iv = y_first - iv.shift;
       if (out == SoftmaxOutput::Softmax) {
-        pipe::store_edge_vectors<T>(y_first - iv.shift, iv, pipe::output_term<T, true>(epi, row_state.m), edge_at);
+        pipe::store_edge_vectors<T>(y_iv, iv, pipe::output_term<T, true>(epi, row_state.m), pipe::EdgeSlotsAt{});
       } else {
-        pipe::store_edge_vectors<T>(y_first - iv.shift, iv, pipe::output_term<T, false>(epi, row_state.m), edge_at);
+        pipe::store_edge_vectors<T>(y_iv, iv, pipe::output_term<T, false>(epi, row_state.m), pipe::EdgeSlotsAt{});
       }
     }
     FAE_PHASE_STAMP(t, 1, (item - first_item) / step, 3);
@@ -334,11 +334,12 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_dual_rows_kernel(const Pi
     PipeParams<T> ring_p = p;
     if (sizeof(T) == 4 && p.last_round > 0) ring_p.rows = p.last_round;
     pipe::ring_items<T, true, kRingWindow, kSoftmaxOnly, kShifted>(
-        ring_p, swapped ? blockIdx.x + gridDim.x : blockIdx.x, step, RoleTeam{0, kRingThreads, kRingBarrier}, ring, bars,
-        s_ring, pipe::StartSignal{swapped ? 0 : kStartBarrier, kThreads, kStartPiece<T>});
+        ring_p, swapped ? blockIdx.x + gridDim.x : blockIdx.x, step, RoleTeam{0, kRingThreads, kRingBarrier}, ring,
+        bars, s_ring, pipe::StartSignal{swapped ? 0 : kStartBarrier, kThreads, kStartPiece<T>});
   } else {
     if (!swapped) asm volatile("bar.sync %0, %1;\n" ::"r"(kStartBarrier), "r"(kThreads) : "memory");
-    register_items<T, kLoadsInFlight, kSoftmaxOnly, kShifted>(p, swapped ? blockIdx.x : blockIdx.x + gridDim.x, step, s_reg);
+    const int64_t first_item = swapped ? blockIdx.x : blockIdx.x + gridDim.x;
+    register_items<T, kLoadsInFlight, kSoftmaxOnly, kShifted>(p, first_item, step, s_reg);
   }
 #endif
 }

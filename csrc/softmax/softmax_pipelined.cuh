@@ -170,6 +170,21 @@ __device__ __forceinline__ uint4* edge_slots() {
   return slots;
 }
 
+// An item's edge vectors as fold_edge_vectors and store_edge_vectors read them (edge_at(0): its vector 0,
+// edge_at(1): its vector vecs - 1), from edge_slots or from the ring (slot offset base, wrapping at ring_vecs).
+struct EdgeSlotsAt {
+  __device__ __forceinline__ uint4 operator()(int g) const { return edge_slots()[g]; }
+};
+struct RingEdgesAt {
+  const uint4* ring;
+  int base;
+  int ring_vecs;
+  int last;  // the item's vecs - 1
+  __device__ __forceinline__ uint4 operator()(int g) const {
+    return ring_vector(ring, base, ring_vecs, g == 0 ? 0 : last);
+  }
+};
+
 // Folds the item's edge vectors (its vectors 0 and vecs - 1, ItemVectors; edge(0) and edge(1) read them), the
 // elements outside it as -inf, into st: thread 0's part of the reduction beside its vectors [lo, hi).
 template <typename T, typename EdgeAt>
@@ -238,7 +253,7 @@ __device__ __forceinline__ void store_item(T* y, const uint4* ring, int base, in
     }
   }
   if (t == 0 && (iv.head_edge() || iv.tail_edge())) {
-    store_edge_vectors<T>(y, iv, term, [&](int g) { return ring_vector(ring, base, ring_vecs, g == 0 ? 0 : iv.vecs - 1); });
+    store_edge_vectors<T>(y, iv, term, RingEdgesAt{ring, base, ring_vecs, iv.vecs - 1});
   }
 }
 
@@ -246,7 +261,7 @@ __device__ __forceinline__ void store_item(T* y, const uint4* ring, int base, in
 template <typename T>
 __device__ __forceinline__ void fold_edges(OnlineState<acc_t<T>>& st, const uint4* ring, int base, int ring_vecs,
                                            const ItemVectors<T>& iv) {
-  fold_edge_vectors<T>(st, iv, [&](int g) { return ring_vector(ring, base, ring_vecs, g == 0 ? 0 : iv.vecs - 1); });
+  fold_edge_vectors<T>(st, iv, RingEdgesAt{ring, base, ring_vecs, iv.vecs - 1});
 }
 
 // A signal from ring_items to threads waiting on a named barrier: the team arrives once on `barrier`

@@ -245,7 +245,8 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
   // kShifted: the item's 16-byte vectors on the memory's grid (pipe::ItemVectors): [iv.lo, iv.hi) lie wholly in the
   // item and take the parts below; the edges, a vector the item shares with its neighbours (an unaligned row: odd
   // length or base off the grid, the output on the input's grid), are thread 0's, element by element.
-  // (x_first is taken again below the barrier as the kernels before Shifted did: the aligned kernels' code stays theirs.)
+  // (x_first is taken again below the barrier as the kernels before Shifted did: the aligned kernels' code stays
+  // theirs.)
   const auto item_x = [&] { return p.x + span.row * p.len + span.begin; };
   const pipe::ItemVectors<T> iv(kShifted ? item_x() : nullptr, span.begin, span.end, kShifted);
   const bool edges = kShifted && t == 0 && (iv.head_edge() || iv.tail_edge());
@@ -309,7 +310,7 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
   }
   if (edges) {
     cp_async_wait_all();
-    pipe::fold_edge_vectors<T>(st, iv, [](int g) { return pipe::edge_slots()[g]; });
+    pipe::fold_edge_vectors<T>(st, iv, pipe::EdgeSlotsAt{});
   }
   uint4 group[kL2Depth][kL2Group];
   const auto load_group = [&](uint4 (&g)[kL2Group], int index) {
@@ -397,7 +398,7 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
   for (int v = t; v < smem_vecs; v += kTeamThreads) store16_streaming(y + reg_vecs + v, out(held[v]));
   if (edges) {
     // (y: element 0 of vector 0 of iv)
-    pipe::store_edge_vectors<T>(y_first - iv.shift, iv, term, [](int g) { return pipe::edge_slots()[g]; });
+    pipe::store_edge_vectors<T>(y_first - iv.shift, iv, term, pipe::EdgeSlotsAt{});
   }
 #endif
 }

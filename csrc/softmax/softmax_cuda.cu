@@ -357,8 +357,8 @@ template <typename T> int64_t resident_chunks(const RowsShape& s) {
 
 // The whole rows per block (teams) "auto" takes the resident kernel with, or 0: 16-bit rows that fill a team's
 // registers and shared memory, 384-512 KB / teams (2, 4 or 8 teams: rows of 96-128, 48-64 or 24-32 K elements), whose
-// blocks fill at least kResidentMinFill of one wave, or several waves (as resident_chunks' whole rows; 4 a block only
-// at kResidentMinFill of the waves they span: heuristic_plan). Why: the
+// blocks fill at least kResidentMinFill of one wave, or several waves (as resident_chunks' whole rows; beyond one
+// wave heuristic_plan takes them only where they fill kResidentMinFill of the waves they span). Why: the
 // pipelined and dual kernels those rows took otherwise fold and store in the same phases on every SM (see
 // softmax_resident.cuh). H200, bf16, us cold / streamed, pipelined or dual -> teams: rows of exactly 512 KB / teams
 // (NOTES "s64 call 6") 1024x32768 43.1-43.5 / 42.7-42.8 -> 40.8 / 41.2-41.3, 1000x32768 42.5 / 42.2-42.3 -> 41.2-41.3 /
@@ -433,7 +433,7 @@ bool unaligned_pipe_rows(const SoftmaxProblem& p, const RowsShape& s) {
 // (4.) instead; 16-bit softmax / log_softmax tensors whose items the resident kernel holds take it before both
 // (resident_chunks: up to one wave of rows in sms / rows items a row, whole rows of >= 64 KB or chunks of 96-512
 // KB, and beyond a wave whole rows of 120-512 KB, one a block; resident_teams: whole rows of 384-512 KB / teams,
-// 2, 4 or 8 a block, first where their items are exactly 512 KB or their blocks fit one wave), and so do fp32
+// 2, 4 or 8 a block, first where their blocks fit one wave or fill the waves they span), and so do fp32
 // rows as resident_chunks cuts them (whole rows of 144-512 KB, chunks of 96-512 KB); unaligned rows on the output's
 // grid take the resident kernel as aligned ones (no teams; 16-bit whole rows beyond one wave from 80 KB), else the
 // pipelined kernel where unaligned_pipe_rows says.
@@ -511,20 +511,27 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
       plan.steps = stream_steps_per_chunk<T>(s.len);
       return plan;
     }
-    // 0. Resident (sm_90+, 16-bit or fp32; unaligned rows with the output on the input's grid, no teams): items a
-    // block holds whole (resident_chunks, resident_teams); teams first where their items are exactly 512 KB (the
-    // instantiation without bounds) or fill one wave, or beyond it where resident_chunks takes no whole rows, 4 a
-    // block (there rows of 96-120 KB, which the dual kernel holds whole) only where their blocks fill kResidentMinFill
-    // of the waves they span (an average: 2048x49152's 512 blocks fill 88 % of their last wave). Bf16, us cold, teams
-    // -> dual (NOTES "s71 call 4", "s71 call 5"): 594x49152 52.6 -> 43.0 (1.13
-    // waves), 660x49152 55.0 -> 44.8, 792x49152 59.1 -> 52.5, 594x61000 67.4 -> 50.6, 530x50000 46.5 -> 41.8; teams
-    // won in full waves, 1056x49152 65.5 against 67.8, 2048x49152 124.1 against 127.4, 1024x61000 81.3 against 83.2,
-    // and at 529x49152 (one row past a wave; 38.8 against 40.8: left to dual). 8 a block (48-64 KB): not measured.
+    // 0. Resident (sm_90+, 16-bit or fp32; unaligned rows with the output on the input's grid, no teams): items a block
+    // holds whole (resident_chunks, resident_teams); teams first where their blocks fit one wave, or beyond it where
+    // they fill kResidentMinFill of the waves they span (an average: 2048x49152's 512 blocks fill 88 % of their last
+    // wave) and either their items are exactly 512 KB (the instantiation without bounds) or resident_chunks takes no
+    // whole rows (rows of 48-64 KB, 8 a block, which go to the pipelined kernel otherwise, and of 96-120 KB, 4 a block,
+    // which the dual kernel holds whole). A part-filled last wave of teams' blocks costs most of a wave. Bf16, us cold,
+    // teams -> dual (NOTES "s71 call 4", "s71 call 5"): 594x49152 52.6 -> 43.0 (1.13 waves), 660x49152 55.0 -> 44.8,
+    // 792x49152 59.1 -> 52.5, 594x61000 67.4 -> 50.6, 530x50000 46.5 -> 41.8; teams won in full waves, 1056x49152 65.5
+    // against 67.8, 2048x49152 124.1 against 127.4, 1024x61000 81.3 against 83.2, and at 529x49152 (one row past a
+    // wave; 38.8 against 40.8: left to dual). 8 a block -> pipelined, two blocks per SM ("s72 call 2"): 1060x32768 (133
+    // blocks) 56.7 -> 44.0, 1100x32768 68.0 -> 44.8, 1200x32768 68.1 -> 48.8, 1400x32768 71.0 -> 54.3, 1584x32768 (198
+    // blocks, 75 % of two waves) 73.6 -> 62.0, 1100x30000 65.2 -> 43.9, 1300x30000 67.3 -> 50.6. Exact items, 4 or 2
+    // a block -> one row a block ("s72 call 3"): 530x65536 (133 blocks) 57.0 -> 47.2, 594x65536 69.0 -> 52.2,
+    // 800x65536 70.7 -> 65.3, 266x131072 61.2 -> 47.0, 300x131072 64.3 -> 54.0, 400x131072 69.2 -> 65.7; in full
+    // waves teams, 1056x65536 81.2 against 82.7, 528x131072 80.1 against 83.5.
     const int64_t teams = resident_teams<T>(s);
     const int64_t team_blocks = teams > 0 ? ceil_div(s.rows, teams) : 0;
     const bool teams_fill_waves = team_blocks >= kResidentMinFill * ceil_div(team_blocks, s.sms) * s.sms;
-    const bool teams_first = teams > 0 && (s.row_bytes * teams == kResidentMaxItemBytes || team_blocks <= s.sms ||
-                                           (resident_items == 0 && (teams != 4 || teams_fill_waves)));
+    const bool teams_exact = s.row_bytes * teams == kResidentMaxItemBytes;
+    const bool teams_first =
+        teams > 0 && (team_blocks <= s.sms || (teams_fill_waves && (teams_exact || resident_items == 0)));
     if (teams_first) {
       plan.kind = RowsKind::Resident;
       plan.chunks = 1;

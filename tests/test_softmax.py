@@ -148,11 +148,24 @@ def test_softmax_accuracy_long_cuda(dtype, algorithm, shape, dim, layout):
 @requires_cuda
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 def test_many_whole_rows_cuda(dtype):
-    # More than 12 rows per SM of 16-bit rows between 32 and 64 KB: "auto" takes the block kernel with shared
+    # More than 12 rows per SM of 16-bit rows between 32 and 48 KB: "auto" takes the block kernel with shared
     # memory instead of the pipelined one on sm_90 (rows of 16392 elements: 2049 16-byte vectors, not a
-    # multiple of the block).
+    # multiple of the block; test_many_whole_rows_routing_cuda checks the plan).
     rows = 12 * torch.cuda.get_device_properties(0).multi_processor_count + 1
     _run_accuracy("cuda", dtype, "auto", (rows, 16392), -1, "contiguous")
+
+
+@pytest.mark.cuda
+@requires_cuda
+def test_many_whole_rows_routing_cuda():
+    # Which kernel "auto" takes for >= 12 16-bit whole rows of 32-64 KB per SM that no teams take: the block kernel
+    # under 48 KB, the pipelined kernel from 48 KB (softmax_cuda.cu: many_short_whole_rows; 12 sms rows of 48-64 KB
+    # fill 75 % of two waves of teams' blocks).
+    sms = _large_sm90_sms("block")
+    expected = [((12 * sms + 1, 16392), "bfloat16", "block"), ((12 * sms + 1, 24560), "float16", "block"),
+                ((12 * sms, 24576), "bfloat16", "pipe"), ((12 * sms, 32768), "float16", "pipe")]
+    for ((rows, cols), dtype, kind), line in zip(expected, _auto_plans(expected)):
+        assert re.search(rf"plan: {rows}x{cols} kind={kind},", line), (dtype, line)
 
 
 SHARED_BLOCK_CHECK = """

@@ -429,7 +429,7 @@ bool unaligned_pipe_rows(const SoftmaxProblem& p, const RowsShape& s) {
 // Before 2b and 3, on sm_90+: "auto", aligned rows beyond 512 threads take the dual-role kernel (0a.) for
 // rows split over two or more rounds of items and for whole rows where rows fill the SMs (fp32 up to 192 KB,
 // 16-bit 80-128 KB), else the pipelined kernel (0.), whole or split into chunks (pipe_chunks), one or two
-// blocks per SM, except many 16-bit whole rows of <= 64 KB (2b.); logsumexp there takes the streaming reduce
+// blocks per SM, except many 16-bit whole rows of < 48 KB (2b.); logsumexp there takes the streaming reduce
 // (4.) instead; 16-bit softmax / log_softmax tensors whose items the resident kernel holds take it before both
 // (resident_chunks: up to one wave of rows in sms / rows items a row, whole rows of >= 64 KB or chunks of 96-512
 // KB, and beyond a wave whole rows of 120-512 KB, one a block; resident_teams: whole rows of 384-512 KB / teams,
@@ -438,6 +438,8 @@ bool unaligned_pipe_rows(const SoftmaxProblem& p, const RowsShape& s) {
 // grid take the resident kernel as aligned ones (no teams; 16-bit whole rows beyond one wave from 80 KB), else the
 // pipelined kernel where unaligned_pipe_rows says.
 // FAE_SOFTMAX_CONFIG (softmax_plan.h) replaces this choice for benchmarks.
+// Many 16-bit whole rows (>= 12 per SM) shorter than this take the block kernel (many_short_whole_rows).
+constexpr int64_t kBlockMaxManyRowBytes = 48 * 1024;
 template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const RowsShape& s) {
   using Traits = RowsTraits<T>;
   RowsPlan plan;
@@ -610,18 +612,20 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
     const int per_sm =
         few_long_rows || (whole_rows_one_per_sm && !crowded_whole_rows && !few_rounds_whole_rows) ? 1 : 2;
     const int chunks = per_sm == 1 ? chunks_one : pipe_chunks<T>(s, 2, ring_two);
-    // Many 16-bit whole rows of <= 64 KB go to the block kernel (2b.) instead: its blocks are not persistent,
-    // so the hardware hands rows to SMs as they free up, and at >= ~12 rows per SM that outweighs the ring's
-    // prefetch. H100 sweep through the op, s33, the block kernel (512 threads) vs the pipelined one, us, cold
-    // / streamed: bf16 2048x32768 97.4 / 99.1-99.6 vs 98.7 / 105.1-107.0, 4096x32000 181.5 / 184.2-184.3 vs
-    // 189.5 / 196.7-198.9; at ~8 rows per SM the pipelined kernel stays (1024x32768 52.4 / 54.2-54.3 vs
-    // 50.0 / 54.1-54.2; 1024x24576 38.9 / 39.2 vs 37.5 / 41.1-41.3). The threshold, 12 rows per SM, is where
-    // the two timings disagree (s34, bf16 rows of 64 KB: 1584x32768 77.3 vs 76.2 / 78.7 vs 80.1; 10 rows per SM
-    // a tie streamed, 1320x32768 66.3 vs 63.3-64.6 / 67.3 vs 67.5; 14 the block kernel's, 1848x32768 88.6 vs 88.1
-    // / 90.9 vs 94.2).
+    // Many 16-bit whole rows of under 48 KB go to the block kernel (2b.) instead: its blocks are not persistent, so
+    // the hardware hands rows to SMs as they free up, and at >= ~12 rows per SM that outweighs the ring's prefetch.
+    // H100 sweep through the op, s33, the block kernel (512 threads) vs the pipelined one, us, cold / streamed: bf16
+    // 2048x32768 97.4 / 99.1-99.6 vs 98.7 / 105.1-107.0, 4096x32000 181.5 / 184.2-184.3 vs 189.5 / 196.7-198.9; at ~8
+    // rows per SM the pipelined kernel stays (1024x32768 52.4 / 54.2-54.3 vs 50.0 / 54.1-54.2; 1024x24576 38.9 / 39.2
+    // vs 37.5 / 41.1-41.3); 12 rows per SM is where the two timings disagreed (s34: 1584x32768 77.3 vs 76.2 / 78.7 vs
+    // 80.1). Rows of 48-64 KB stay pipelined since s72: on the H200 the block kernel lost there and still won on
+    // shorter rows (NOTES "s72 call 4", us cold / streamed, block vs pipelined, two blocks per SM): bf16 1584x32768
+    // 70.5 / 70.0 vs 61.7 / 62.8, 1848x32768 80.9 / 79.7 vs 72.3 / 72.5, 1700x28000 62.6 / 61.6 vs 59.5 / 58.2, fp16
+    // 1584x32768 69.3 / 68.9 vs 62.4 / 63.0; 2048x20000 52.2 / 50.8 vs 57.4 / 56.3, 4096x20000 96.2 / 95.5 vs 105.5 /
+    // 104.4, 3000x16400 66.5 / 65.4 vs 70.3 / 68.9, fp16 4096x20000 95.3 / 95.1 vs 106.2 / 105.4.
     // (Unaligned rows stay: the block kernel keeps no part of them in shared memory.)
     const bool many_short_whole_rows = sizeof(T) == 2 && s.aligned && per_sm == 2 && chunks == 1 &&
-                                       s.row_bytes <= 64 * 1024 && s.rows >= 12 * int64_t(s.sms);
+                                       s.row_bytes < kBlockMaxManyRowBytes && s.rows >= 12 * int64_t(s.sms);
     if (chunks > 0 && !many_short_whole_rows && pipe_rows) {
       plan.kind = RowsKind::Pipe;
       plan.threads = pipe_threads<T>();

@@ -924,15 +924,14 @@ def test_resident_whole_rows_cuda(dtype):
     # take other kernels): on sm_90 "auto" takes it (softmax_cuda.cu: resident_teams, resident_chunks) for 16-bit rows
     # of 64 KB 8 a block, the last block 5 (the instantiation bounded on the L2 part, OnChip) or 8 a block exactly
     # (Whole), 128 KB 4 a block, the last block 3, 256 KB 2 a block, the last block 1, two waves of teams' blocks (64 KB
-    # rows, the last block 3; 128 KB, the last block 2: beyond one wave, teams fill 90 % of their waves), rows that
-    # fill a team in part
-    # (OnChip): 62.5 KB 8 a block, 96 (two waves, the last block 3) and 119 KB 4 a block, 125 and 195 KB in one wave of
-    # teams' blocks; and resident_chunks' sms / rows items a row, one a block: whole rows of 64-384 KB (the single-row
-    # kernel with bounds: registers and shared memory, no L2 part), also at 75 % of the SMs, and rows cut into 2, 3,
-    # sms / 5 or sms items of 96-512 KB, the last item of a row shorter; and beyond one wave (a plain launch), whole
-    # rows of 120-512 KB, one a block, the last wave part-filled. Fp32: whole rows of 144-512 KB, within one wave and
-    # beyond, and rows cut into 2, 3, 8, 33 or sms items of 124-497 KB. Unaligned rows (odd lengths) among both, on the
-    # single-item kernel with edge vectors.
+    # rows, the last block 3; 128 KB, the last block 2: beyond one wave, teams fill 90 % of their waves), rows that fill
+    # a team in part (OnChip): 62.5 KB 8 a block, 96 (two waves, the last block 3) and 119 KB 4 a block, 125 and 195 KB
+    # in one wave of teams' blocks; and resident_chunks' sms / rows items a row, one a block: whole rows of 64-384 KB
+    # (the single-row kernel with bounds: registers and shared memory, no L2 part), also at 75 % of the SMs, and rows
+    # cut into 2, 3, sms / 5 or sms items of 96-512 KB, the last item of a row shorter; and beyond one wave (a plain
+    # launch), whole rows of 120-512 KB, one a block, the last wave part-filled. Fp32: whole rows of 144-512 KB, within
+    # one wave and beyond, and rows cut into 2, 3, 8, 33 or sms items of 124-497 KB. Unaligned rows (odd lengths) among
+    # both, on the single-item kernel with edge vectors.
     for shape in _resident_shapes(dtype):
         _run_accuracy("cuda", dtype, "auto", shape, -1, "contiguous")
 

@@ -282,22 +282,22 @@ int64_t resident_fewest_chunks(int64_t row_bytes) { return ceil_div(row_bytes, k
 // -> 13.5 / 10.5, 20x151936 at 6 (50 KB) 12.8 / 9.7 -> 13.1 / 9.4; so did the fewest chunks below the SMs, 4x4194304 at
 // 16: 26.3 / 25.8 -> 30.7 / 29.4.
 // Rows beyond one wave: whole rows of kResidentMinWavesRowBytes or more, one a block, wave after wave (a plain launch:
-// a whole row waits on no other block), unless teams take them (heuristic_plan: teams first where their items are
-// exactly 512 KB or their blocks fit one wave). The blocks of successive waves drift apart, so one SM's reads overlap
-// another's stores. Bf16, us cold / streamed, auto (pipelined, dual or teams) -> resident ("s66 call 6", "s67 calls
-// A-C"): 200x151936 52.1-53.2 / 50.0-50.2 -> 44.9 / 41.0, 264x151936 57.7-58.7 / 56.1-56.3 -> 51.1-51.4 / 47.6-47.8,
-// 528x151936 113.0-113.5 / 112.4 -> 96.1-96.2 / 93.1-93.4, 1024x151936 213.1-213.5 / 211.8-212.9 -> 169.5-169.6 /
-// 166.7-167.9, 256x200000 75.2-76.9 / 73.1-73.7 -> 61.8-61.9 / 59.6; the rows of 120-256 KB (s67: teams or, between the
-// teams' bands, pipelined): 1024x100000 127.5-127.6 / 127.5-127.8 (2 a block) -> 116.0 / 115.7-115.8, 512x120000
-// 77.5-78.2 / 78.1 (2) -> 75.6-75.7 / 72.2-72.4, 1024x64000 82.6-82.7 / 83.6-83.8 (4) -> 79.5 / 79.1-79.5, 1024x80000
-// 123.4-124.1 / 122.7-123.0 -> 92.6-92.8 / 91.6-92.2, 1024x66000 106.4-106.7 / 106.0-106.1 -> 82.1 / 82.5-82.8,
-// 2048x66000 202.4-202.7 / 201.3-201.7 -> 151.7-151.8 / 152.6-153.0, 200x80000 34.8 / 32.1-32.3 -> 27.4-27.7 /
-// 23.8-23.9. Shorter rows lost or tied: 1024x58000 (113 KB) 77.6-77.7 / 76.5-76.7 (4) -> 77.4 / 75.6-75.8, 1024x50000
-// 68.1-68.2 / 67.9-68.1 -> 73.2-73.3 / 71.3-71.5, 1024x40000 51.6-52.1 / 51.4-51.8 -> 66.1-66.7 / 65.1; so did teams'
-// blocks of one wave or exact items: 528x64000 (4 a block) 42.5-42.6 / 43.0 -> 45.9-46.0 / 44.3-44.6, 264x128256 (2)
-// 42.0 / 42.6-42.8 -> 44.8-45.2 / 41.9-42.1, 256x128000 (2) 42.4-42.5 / 42.1-42.3 -> 43.8-43.9 / 40.7, 512x131072 (2,
-// exact) 78.7 / 79.4-79.8 -> 81.2-81.7 / 78.7-79.4, 1024x65536 (4, exact) 80.4-80.5 / 80.0-81.0 -> 81.0-81.1 /
-// 79.0-80.1 (a tie).
+// a whole row waits on no other block), unless teams take them (heuristic_plan: teams first where their blocks fit one
+// wave, or fill kResidentMinFill of the waves they span and their items are exactly 512 KB). The blocks of successive
+// waves drift apart, so one SM's reads overlap another's stores. Bf16, us cold / streamed, auto (pipelined, dual or
+// teams) -> resident ("s66 call 6", "s67 calls A-C"): 200x151936 52.1-53.2 / 50.0-50.2 -> 44.9 / 41.0, 264x151936
+// 57.7-58.7 / 56.1-56.3 -> 51.1-51.4 / 47.6-47.8, 528x151936 113.0-113.5 / 112.4 -> 96.1-96.2 / 93.1-93.4, 1024x151936
+// 213.1-213.5 / 211.8-212.9 -> 169.5-169.6 / 166.7-167.9, 256x200000 75.2-76.9 / 73.1-73.7 -> 61.8-61.9 / 59.6; the
+// rows of 120-256 KB (s67: teams or, between the teams' bands, pipelined): 1024x100000 127.5-127.6 / 127.5-127.8 (2 a
+// block) -> 116.0 / 115.7-115.8, 512x120000 77.5-78.2 / 78.1 (2) -> 75.6-75.7 / 72.2-72.4, 1024x64000 82.6-82.7 /
+// 83.6-83.8 (4) -> 79.5 / 79.1-79.5, 1024x80000 123.4-124.1 / 122.7-123.0 -> 92.6-92.8 / 91.6-92.2, 1024x66000
+// 106.4-106.7 / 106.0-106.1 -> 82.1 / 82.5-82.8, 2048x66000 202.4-202.7 / 201.3-201.7 -> 151.7-151.8 / 152.6-153.0,
+// 200x80000 34.8 / 32.1-32.3 -> 27.4-27.7 / 23.8-23.9. Shorter rows lost or tied: 1024x58000 (113 KB) 77.6-77.7 /
+// 76.5-76.7 (4) -> 77.4 / 75.6-75.8, 1024x50000 68.1-68.2 / 67.9-68.1 -> 73.2-73.3 / 71.3-71.5, 1024x40000 51.6-52.1 /
+// 51.4-51.8 -> 66.1-66.7 / 65.1; so did teams' blocks of one wave or exact items: 528x64000 (4 a block) 42.5-42.6 /
+// 43.0 -> 45.9-46.0 / 44.3-44.6, 264x128256 (2) 42.0 / 42.6-42.8 -> 44.8-45.2 / 41.9-42.1, 256x128000 (2) 42.4-42.5 /
+// 42.1-42.3 -> 43.8-43.9 / 40.7, 512x131072 (2, exact) 78.7 / 79.4-79.8 -> 81.2-81.7 / 78.7-79.4, 1024x65536 (4, exact)
+// 80.4-80.5 / 80.0-81.0 -> 81.0-81.1 / 79.0-80.1 (a tie).
 // Fp32 (the kernel's accurate exponentials and merges): whole rows of kResidentMinFloatRowBytes or more (one item a
 // row, within one wave or beyond). Us cold / streamed, auto before (pipelined or dual) ->
 // resident ("s67 calls B, C"): 1024x40000 104.4-104.5 / 106.8-107.0 -> 90.8-90.9 / 90.8-90.9, 1024x50000 126.7-126.9 /
@@ -338,7 +338,8 @@ constexpr int64_t kResidentMinWavesRowBytes = 120 * 1024;
 constexpr int64_t kResidentMinFloatRowBytes = 144 * 1024;
 constexpr int64_t kResidentMinUnalignedWavesRowBytes = 80 * 1024;
 constexpr int64_t kResidentMinUnalignedDualRowBytes = 96 * 1024;
-constexpr double kResidentMinFill = 0.9;  // the teams' blocks (resident_teams)
+// The teams' blocks' least fill: of one wave (resident_teams), of the waves they span (heuristic_plan).
+constexpr double kResidentMinFill = 0.9;
 template <typename T> int64_t resident_chunks(const RowsShape& s) {
   // (and a device whose opt-in shared memory holds the longest item's pieces next to the static arrays)
   if (!s.resident || s.smem_optin < kResidentMaxSmemBytes + 1024) return 0;
@@ -371,7 +372,8 @@ template <typename T> int64_t resident_chunks(const RowsShape& s) {
 // 2112x32768 8 a block 90.2-90.5 / 89.5-89.6 -> 82.9-83.3 / 83.3-83.8, 4096x32768 164.2-164.3 / 163.7-165.6 -> 157.9 /
 // 166.7-167.8 (the one loss, streamed), 1024x65536 4 a block 85.9-86.0 / 86.0-87.4 -> 80.1 / 80.3-80.6, 1024x100000 2 a
 // block 145.6-145.8 / 143.9-144.7 -> 126.5-127.6 / 127.2-127.7 (since s67 whole rows one a block: rows of 120 KB or
-// more take teams only where their items are exactly 512 KB or their blocks fit one wave; see resident_chunks).
+// more take teams only where their blocks fit one wave, or fill kResidentMinFill of their waves and their items are
+// exactly 512 KB; see resident_chunks).
 template <typename T> int64_t resident_teams(const RowsShape& s) {
   if constexpr (sizeof(T) != 2) {
     return 0;  // (fp32 teams lost: see resident_chunks; an else, so that the loop is not compiled unreachable)
@@ -426,17 +428,17 @@ bool unaligned_pipe_rows(const SoftmaxProblem& p, const RowsShape& s) {
 //  3. split-row          "auto" softmax/log_softmax beyond that: 256-thread blocks, chunks of a row on several
 //                        blocks (registers + shared memory), one read of DRAM, cooperative persistent grid;
 //  4. streaming          everything left: "safe" 3 passes, "online" 2 passes, logsumexp 1 pass + finalize.
-// Before 2b and 3, on sm_90+: "auto", aligned rows beyond 512 threads take the dual-role kernel (0a.) for
-// rows split over two or more rounds of items and for whole rows where rows fill the SMs (fp32 up to 192 KB,
-// 16-bit 80-128 KB), else the pipelined kernel (0.), whole or split into chunks (pipe_chunks), one or two
-// blocks per SM, except many 16-bit whole rows of < 48 KB (2b.); logsumexp there takes the streaming reduce
-// (4.) instead; 16-bit softmax / log_softmax tensors whose items the resident kernel holds take it before both
-// (resident_chunks: up to one wave of rows in sms / rows items a row, whole rows of >= 64 KB or chunks of 96-512
-// KB, and beyond a wave whole rows of 120-512 KB, one a block; resident_teams: whole rows of 384-512 KB / teams,
-// 2, 4 or 8 a block, first where their blocks fit one wave or fill the waves they span), and so do fp32
-// rows as resident_chunks cuts them (whole rows of 144-512 KB, chunks of 96-512 KB); unaligned rows on the output's
-// grid take the resident kernel as aligned ones (no teams; 16-bit whole rows beyond one wave from 80 KB), else the
-// pipelined kernel where unaligned_pipe_rows says.
+// Before 2b and 3, on sm_90+: "auto", aligned rows beyond 512 threads take the dual-role kernel (0a.) for rows split
+// over two or more rounds of items and for whole rows where rows fill the SMs (fp32 up to 192 KB, 16-bit 80-128 KB),
+// else the pipelined kernel (0.), whole or split into chunks (pipe_chunks), one or two blocks per SM, except many
+// 16-bit whole rows of < 48 KB (2b.); logsumexp there takes the streaming reduce (4.) instead; 16-bit softmax /
+// log_softmax tensors whose items the resident kernel holds take it before both (resident_chunks: up to one wave of
+// rows in sms / rows items a row, whole rows of >= 64 KB or chunks of 96-512 KB, and beyond a wave whole rows of
+// 120-512 KB, one a block; resident_teams: whole rows of 384-512 KB / teams, 2, 4 or 8 a block, first where their
+// blocks fit one wave or fill the waves they span, rows of 120 KB or more then exact items only), and so do fp32 rows
+// as resident_chunks cuts them (whole rows of 144-512 KB, chunks of 96-512 KB); unaligned rows on the output's grid
+// take the resident kernel as aligned ones (no teams; 16-bit whole rows beyond one wave from 80 KB), else the pipelined
+// kernel where unaligned_pipe_rows says.
 // FAE_SOFTMAX_CONFIG (softmax_plan.h) replaces this choice for benchmarks.
 // Many 16-bit whole rows (>= 12 per SM) shorter than this take the block kernel (many_short_whole_rows).
 constexpr int64_t kBlockMaxManyRowBytes = 48 * 1024;

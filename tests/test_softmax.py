@@ -148,7 +148,7 @@ def test_softmax_accuracy_long_cuda(dtype, algorithm, shape, dim, layout):
 @requires_cuda
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 def test_many_whole_rows_cuda(dtype):
-    # More than 12 rows per SM of 16-bit rows between 32 and 48 KB: "auto" takes the block kernel with shared
+    # More than 12 rows per SM of 16-bit rows between 32 and 40 KB: "auto" takes the block kernel with shared
     # memory instead of the pipelined one on sm_90 (rows of 16392 elements: 2049 16-byte vectors, not a
     # multiple of the block; test_many_whole_rows_routing_cuda checks the plan).
     rows = 12 * torch.cuda.get_device_properties(0).multi_processor_count + 1
@@ -159,10 +159,11 @@ def test_many_whole_rows_cuda(dtype):
 @requires_cuda
 def test_many_whole_rows_routing_cuda():
     # Which kernel "auto" takes for >= 12 16-bit whole rows of 32-64 KB per SM that no teams take: the block kernel
-    # under 48 KB, the pipelined kernel from 48 KB (softmax_cuda.cu: many_short_whole_rows; 12 sms rows of 48-64 KB
-    # fill 75 % of two waves of teams' blocks).
+    # up to 40 KB, the pipelined kernel beyond (softmax_cuda.cu: many_short_whole_rows; teams of 8 rows of 48-64 KB
+    # a block beyond one wave are left to it too).
     sms = _large_sm90_sms("block")
-    expected = [((12 * sms + 1, 16392), "bfloat16", "block"), ((12 * sms + 1, 24560), "float16", "block"),
+    expected = [((12 * sms + 1, 16392), "bfloat16", "block"), ((12 * sms + 1, 20480), "float16", "block"),
+                ((12 * sms + 1, 20488), "bfloat16", "pipe"), ((12 * sms + 1, 24560), "float16", "pipe"),
                 ((12 * sms, 24576), "bfloat16", "pipe"), ((12 * sms, 32768), "float16", "pipe")]
     for ((rows, cols), dtype, kind), line in zip(expected, _auto_plans(expected)):
         assert re.search(rf"plan: {rows}x{cols} kind={kind},", line), (dtype, line)
@@ -898,10 +899,10 @@ def _resident_shapes(dtype=torch.bfloat16):
         plans = {shape: "chunks=1,.*rows=0" for shape in whole}
         plans.update({(r, c): f"chunks={sms // r},.*rows=0" for r, c in chunks})
         return plans
-    # teams beyond one wave only where their blocks fill 90 % of the waves they span
+    # teams beyond one wave (2 or 4 a block) only where their blocks fill 90 % of the waves they span
     teams = {(8 * sms - 3, 32768): 8, (8 * (sms - 4), 32768): 8, (4 * sms - 1, 65536): 4, (8 * sms - 8, 32000): 8,
-             (2 * sms - 1, 131072): 2, (16 * sms - 5, 32768): 8, (4 * sms - 3, 61000): 4, (2 * sms - 1, 100008): 2,
-             (4 * sms, 64000): 4, (8 * sms - 2, 65536): 4, (8 * sms - 5, 49152): 4}
+             (2 * sms - 1, 131072): 2, (4 * sms - 3, 61000): 4, (2 * sms - 1, 100008): 2, (4 * sms, 64000): 4,
+             (8 * sms - 2, 65536): 4, (8 * sms - 5, 49152): 4}
     chunks = ((sms, 151936), (sms - 10, 131072), (3 * sms // 4, 151936), (sms - 4, 32768), (sms // 2, 300000),
               (sms // 2 - 6, 151936), (sms // 3, 151936), (5, 4194304), (1, 8388608))
     waves = ((sms + 1, 151936), (2 * sms + 7, 200000), (3 * sms - 5, 262144), (6 * sms - 1, 110000),
@@ -923,8 +924,8 @@ def test_resident_whole_rows_cuda(dtype):
     # Rows that fill one wave or more of the resident kernel (on an H100 / H200's 132 SMs; with fewer SMs some shapes
     # take other kernels): on sm_90 "auto" takes it (softmax_cuda.cu: resident_teams, resident_chunks) for 16-bit rows
     # of 64 KB 8 a block, the last block 5 (the instantiation bounded on the L2 part, OnChip) or 8 a block exactly
-    # (Whole), 128 KB 4 a block, the last block 3, 256 KB 2 a block, the last block 1, two waves of teams' blocks (64 KB
-    # rows, the last block 3; 128 KB, the last block 2: beyond one wave, teams fill 90 % of their waves), rows that fill
+    # (Whole), 128 KB 4 a block, the last block 3, 256 KB 2 a block, the last block 1, two waves of teams' blocks (128
+    # KB rows, the last block 2: beyond one wave, teams of 2 or 4 fill 90 % of their waves), rows that fill
     # a team in part (OnChip): 62.5 KB 8 a block, 96 (two waves, the last block 3) and 119 KB 4 a block, 125 and 195 KB
     # in one wave of teams' blocks; and resident_chunks' sms / rows items a row, one a block: whole rows of 64-384 KB
     # (the single-row kernel with bounds: registers and shared memory, no L2 part), also at 75 % of the SMs, and rows
@@ -953,8 +954,8 @@ def test_resident_routing_cuda():
     # test_resident_whole_rows_cuda (bf16 and fp32), each on the resident kernel with its teams (rows=N) or its
     # chunks; and fp32 rows it leaves to the other kernels (128 KB beyond one wave; 16 MB rows in 5 or 8, whose
     # sms / rows chunks would be over 512 KB), unaligned bf16 rows of under 80 KB beyond one wave, and bf16 rows of
-    # 96-120 KB and 48-64 KB whose teams' blocks (4 or 8 a block) fill under 90 % of the waves they span (the dual and
-    # the pipelined kernel).
+    # 96-120 KB whose teams' blocks (4 a block) fill under 90 % of the waves they span (the dual kernel) and of 48-64 KB
+    # whose teams' blocks (8 a block) span more than one wave (the pipelined kernel).
     sms = _large_sm90_sms("resident")
     expected = [(shape, "bfloat16", pattern) for shape, pattern in _resident_shapes().items()]
     expected += [(shape, "float32", pattern) for shape, pattern in _resident_shapes(torch.float32).items()]
@@ -962,6 +963,7 @@ def test_resident_routing_cuda():
     expected += [((2 * sms + 3, 32767), "bfloat16", None), ((2 * sms + 3, 40001), "bfloat16", None)]  # unaligned
     expected += [((4 * sms + 2, 50000), "bfloat16", None), ((5 * sms, 49152), "bfloat16", None)]
     expected += [((8 * sms + 8, 32768), "bfloat16", None), ((10 * sms, 30000), "bfloat16", None)]
+    expected += [((16 * sms - 5, 32768), "bfloat16", None)]  # teams of 8 fill 99 % of two waves: pipelined
     for ((rows, cols), dtype, pattern), line in zip(expected, _auto_plans(expected)):
         if pattern is None:
             assert "kind=resident" not in line, (dtype, line)

@@ -373,7 +373,7 @@ template <typename T> int64_t resident_chunks(const RowsShape& s) {
 // 166.7-167.8 (the one loss, streamed), 1024x65536 4 a block 85.9-86.0 / 86.0-87.4 -> 80.1 / 80.3-80.6, 1024x100000 2 a
 // block 145.6-145.8 / 143.9-144.7 -> 126.5-127.6 / 127.2-127.7 (since s67 whole rows one a block: rows of 120 KB or
 // more take teams only where their blocks fit one wave, or fill kResidentMinFill of their waves and their items are
-// exactly 512 KB; see resident_chunks).
+// exactly 512 KB; see resident_chunks; since s73, on the H200, 8 a block only within one wave: see heuristic_plan).
 template <typename T> int64_t resident_teams(const RowsShape& s) {
   if constexpr (sizeof(T) != 2) {
     return 0;  // (fp32 teams lost: see resident_chunks; an else, so that the loop is not compiled unreachable)
@@ -431,17 +431,17 @@ bool unaligned_pipe_rows(const SoftmaxProblem& p, const RowsShape& s) {
 // Before 2b and 3, on sm_90+: "auto", aligned rows beyond 512 threads take the dual-role kernel (0a.) for rows split
 // over two or more rounds of items and for whole rows where rows fill the SMs (fp32 up to 192 KB, 16-bit 80-128 KB),
 // else the pipelined kernel (0.), whole or split into chunks (pipe_chunks), one or two blocks per SM, except many
-// 16-bit whole rows of < 48 KB (2b.); logsumexp there takes the streaming reduce (4.) instead; 16-bit softmax /
+// 16-bit whole rows of <= 40 KB (2b.); logsumexp there takes the streaming reduce (4.) instead; 16-bit softmax /
 // log_softmax tensors whose items the resident kernel holds take it before both (resident_chunks: up to one wave of
 // rows in sms / rows items a row, whole rows of >= 64 KB or chunks of 96-512 KB, and beyond a wave whole rows of
 // 120-512 KB, one a block; resident_teams: whole rows of 384-512 KB / teams, 2, 4 or 8 a block, first where their
-// blocks fit one wave or fill the waves they span, rows of 120 KB or more then exact items only), and so do fp32 rows
-// as resident_chunks cuts them (whole rows of 144-512 KB, chunks of 96-512 KB); unaligned rows on the output's grid
-// take the resident kernel as aligned ones (no teams; 16-bit whole rows beyond one wave from 80 KB), else the pipelined
-// kernel where unaligned_pipe_rows says.
+// blocks fit one wave or (2 or 4) fill the waves they span, rows of 120 KB or more then exact items only), and so do
+// fp32 rows as resident_chunks cuts them (whole rows of 144-512 KB, chunks of 96-512 KB); unaligned rows on the
+// output's grid take the resident kernel as aligned ones (no teams; 16-bit whole rows beyond one wave from 80 KB), else
+// the pipelined kernel where unaligned_pipe_rows says.
 // FAE_SOFTMAX_CONFIG (softmax_plan.h) replaces this choice for benchmarks.
-// Many 16-bit whole rows (>= 12 per SM) shorter than this take the block kernel (many_short_whole_rows).
-constexpr int64_t kBlockMaxManyRowBytes = 48 * 1024;
+// Many 16-bit whole rows (>= 12 per SM) up to this long take the block kernel (many_short_whole_rows).
+constexpr int64_t kBlockMaxManyRowBytes = 40 * 1024;
 template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const RowsShape& s) {
   using Traits = RowsTraits<T>;
   RowsPlan plan;
@@ -516,26 +516,29 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
       return plan;
     }
     // 0. Resident (sm_90+, 16-bit or fp32; unaligned rows with the output on the input's grid, no teams): items a block
-    // holds whole (resident_chunks, resident_teams); teams first where their blocks fit one wave, or beyond it where
-    // they fill kResidentMinFill of the waves they span (an average: 2048x49152's 512 blocks fill 88 % of their last
-    // wave) and either their items are exactly 512 KB (the instantiation without bounds) or resident_chunks takes no
-    // whole rows (rows of 48-64 KB, 8 a block, which go to the pipelined kernel otherwise, and of 96-120 KB, 4 a block,
-    // which the dual kernel holds whole). A part-filled last wave of teams' blocks costs most of a wave. Bf16, us cold,
-    // teams -> dual (NOTES "s71 call 4", "s71 call 5"): 594x49152 52.6 -> 43.0 (1.13 waves), 660x49152 55.0 -> 44.8,
-    // 792x49152 59.1 -> 52.5, 594x61000 67.4 -> 50.6, 530x50000 46.5 -> 41.8; teams won in full waves, 1056x49152 65.5
-    // against 67.8, 2048x49152 124.1 against 127.4, 1024x61000 81.3 against 83.2, and at 529x49152 (one row past a
-    // wave; 38.8 against 40.8: left to dual). 8 a block -> pipelined, two blocks per SM ("s72 call 2"): 1060x32768 (133
-    // blocks) 56.7 -> 44.0, 1100x32768 68.0 -> 44.8, 1200x32768 68.1 -> 48.8, 1400x32768 71.0 -> 54.3, 1584x32768 (198
-    // blocks, 75 % of two waves) 73.6 -> 62.0, 1100x30000 65.2 -> 43.9, 1300x30000 67.3 -> 50.6. Exact items, 4 or 2
-    // a block -> one row a block ("s72 call 3"): 530x65536 (133 blocks) 57.0 -> 47.2, 594x65536 69.0 -> 52.2,
-    // 800x65536 70.7 -> 65.3, 266x131072 61.2 -> 47.0, 300x131072 64.3 -> 54.0, 400x131072 69.2 -> 65.7; in full
-    // waves teams, 1056x65536 81.2 against 82.7, 528x131072 80.1 against 83.5.
+    // holds whole (resident_chunks, resident_teams); teams first where their blocks fit one wave, or, 2 or 4 a block,
+    // beyond it where they fill kResidentMinFill of the waves they span (an average: 2048x49152's 512 blocks fill 88 %
+    // of their last wave) and either their items are exactly 512 KB (the instantiation without bounds) or
+    // resident_chunks takes no whole rows (rows of 96-120 KB, which the dual kernel holds whole). A part-filled last
+    // wave of teams' blocks costs most of a wave. Bf16, us cold, teams -> dual (NOTES "s71 call 4", "s71 call 5"):
+    // 594x49152 52.6 -> 43.0 (1.13 waves), 660x49152 55.0 -> 44.8, 792x49152 59.1 -> 52.5, 594x61000 67.4 -> 50.6,
+    // 530x50000 46.5 -> 41.8; teams won in full waves, 1056x49152 65.5 against 67.8, 2048x49152 124.1 against 127.4,
+    // 1024x61000 81.3 against 83.2, and at 529x49152 (one row past a wave; 38.8 against 40.8: left to dual). Exact
+    // items, 4 or 2 a block -> one row a block ("s72 call 3"): 530x65536 (133 blocks) 57.0 -> 47.2, 594x65536 69.0 ->
+    // 52.2, 800x65536 70.7 -> 65.3, 266x131072 61.2 -> 47.0, 300x131072 64.3 -> 54.0, 400x131072 69.2 -> 65.7; in full
+    // waves teams, 1056x65536 81.2 against 82.7, 528x131072 80.1 against 83.5. Rows of 48-64 KB, 8 a block, beyond
+    // one wave go to the pipelined kernel, two blocks per SM, whatever the fill ("s72 call 2"): 1060x32768 (133 blocks)
+    // 56.7 -> 44.0, 1100x32768 68.0 -> 44.8, 1200x32768 68.1 -> 48.8, 1400x32768 71.0 -> 54.3, 1584x32768 73.6 ->
+    // 62.0, 1100x30000 65.2 -> 43.9, 1300x30000 67.3 -> 50.6; and in full waves too ("s73 call 1", cold / streamed):
+    // 2048x32768 80.8 / 81.0 -> 76.2 / 76.3, 3168x32768 124.1 / 126.2 -> 119.0 / 125.8, 4096x32768 158.8 / 168.5 ->
+    // 148.4 / 162.1, 2048x32000 83.1 / 87.5 -> 75.4 / 78.3, 4096x32000 161.7 / 163.3 -> 144.5 / 144.4, level at
+    // 2112x32768 (83.0 / 83.4 -> 82.7 / 83.1).
     const int64_t teams = resident_teams<T>(s);
     const int64_t team_blocks = teams > 0 ? ceil_div(s.rows, teams) : 0;
     const bool teams_fill_waves = team_blocks >= kResidentMinFill * ceil_div(team_blocks, s.sms) * s.sms;
     const bool teams_exact = s.row_bytes * teams == kResidentMaxItemBytes;
-    const bool teams_first =
-        teams > 0 && (team_blocks <= s.sms || (teams_fill_waves && (teams_exact || resident_items == 0)));
+    const bool teams_beyond_wave = teams < 8 && teams_fill_waves && (teams_exact || resident_items == 0);
+    const bool teams_first = teams > 0 && (team_blocks <= s.sms || teams_beyond_wave);
     if (teams_first) {
       plan.kind = RowsKind::Resident;
       plan.chunks = 1;
@@ -614,9 +617,9 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
     const int per_sm =
         few_long_rows || (whole_rows_one_per_sm && !crowded_whole_rows && !few_rounds_whole_rows) ? 1 : 2;
     const int chunks = per_sm == 1 ? chunks_one : pipe_chunks<T>(s, 2, ring_two);
-    // Many 16-bit whole rows of under 48 KB go to the block kernel (2b.) instead: its blocks are not persistent, so
-    // the hardware hands rows to SMs as they free up, and at >= ~12 rows per SM that outweighs the ring's prefetch.
-    // H100 sweep through the op, s33, the block kernel (512 threads) vs the pipelined one, us, cold / streamed: bf16
+    // Many 16-bit whole rows of up to 40 KB go to the block kernel (2b.) instead: its blocks are not persistent, so the
+    // hardware hands rows to SMs as they free up, and at >= ~12 rows per SM that outweighs the ring's prefetch. H100
+    // sweep through the op, s33, the block kernel (512 threads) vs the pipelined one, us, cold / streamed: bf16
     // 2048x32768 97.4 / 99.1-99.6 vs 98.7 / 105.1-107.0, 4096x32000 181.5 / 184.2-184.3 vs 189.5 / 196.7-198.9; at ~8
     // rows per SM the pipelined kernel stays (1024x32768 52.4 / 54.2-54.3 vs 50.0 / 54.1-54.2; 1024x24576 38.9 / 39.2
     // vs 37.5 / 41.1-41.3); 12 rows per SM is where the two timings disagreed (s34: 1584x32768 77.3 vs 76.2 / 78.7 vs
@@ -624,10 +627,14 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
     // shorter rows (NOTES "s72 call 4", us cold / streamed, block vs pipelined, two blocks per SM): bf16 1584x32768
     // 70.5 / 70.0 vs 61.7 / 62.8, 1848x32768 80.9 / 79.7 vs 72.3 / 72.5, 1700x28000 62.6 / 61.6 vs 59.5 / 58.2, fp16
     // 1584x32768 69.3 / 68.9 vs 62.4 / 63.0; 2048x20000 52.2 / 50.8 vs 57.4 / 56.3, 4096x20000 96.2 / 95.5 vs 105.5 /
-    // 104.4, 3000x16400 66.5 / 65.4 vs 70.3 / 68.9, fp16 4096x20000 95.3 / 95.1 vs 106.2 / 105.4.
+    // 104.4, 3000x16400 66.5 / 65.4 vs 70.3 / 68.9, fp16 4096x20000 95.3 / 95.1 vs 106.2 / 105.4. Rows of 40-48 KB too
+    // since s73 ("s73 call 1", "s73 call 2"): the block kernel's win ends where its 512 threads keep a second vector
+    // each in shared memory (2048x20480, 40 KB, 52.1 / 51.8 vs 57.4 / 56.1; 2048x21504, 42 KB, 59.0 / 57.4 vs 58.3 /
+    // 57.5; 3000x21504 82.7 / 82.9 vs 80.5 / 79.8, 3000x22016 83.3 / 82.6 vs 81.0 / 80.4, 1700x22528 50.7 / 49.4 vs
+    // 48.8 / 48.6, fp16 3000x21504 81.0 / 80.4 vs 81.2 / 80.0).
     // (Unaligned rows stay: the block kernel keeps no part of them in shared memory.)
     const bool many_short_whole_rows = sizeof(T) == 2 && s.aligned && per_sm == 2 && chunks == 1 &&
-                                       s.row_bytes < kBlockMaxManyRowBytes && s.rows >= 12 * int64_t(s.sms);
+                                       s.row_bytes <= kBlockMaxManyRowBytes && s.rows >= 12 * int64_t(s.sms);
     if (chunks > 0 && !many_short_whole_rows && pipe_rows) {
       plan.kind = RowsKind::Pipe;
       plan.threads = pipe_threads<T>();

@@ -28,6 +28,8 @@ constexpr int kMaxPieces = 14;  // shared memory: 224 KB a block
 constexpr int kL2Group = 2;     // L2-part vectors a thread folds at once
 constexpr int kL2Depth = 2;     // and the groups it keeps in flight (3 or 4 spilled or ran slower)
 constexpr int kStoreDepth = 4;  // L2-part vectors in flight in the store pass
+// Teams' staggered starts (softmax_resident_rows_kernel): the piece of the team before that a team's loads wait for.
+constexpr int kTeamStaggerPiece = 4;
 // (kResidentOnChipItemBytes is kResidentMaxItemBytes less the 128 KB at most that go through L2.)
 static_assert(int64_t(kThreads) * kRegVecs * 16 + int64_t(kMaxPieces) * kPieceBytes == kResidentOnChipItemBytes,
               "the host's item bounds: registers + shared memory, and at most 128 KB more through L2");
@@ -172,15 +174,15 @@ __device__ __forceinline__ OnlineState<float> reduce_item_state(const RowExchang
 }
 
 // The (m, d) of a team's row (kTeams > 1: whole rows, no exchange): every thread merges its team's warp states in
-// the same order, so the team normalizes with bitwise-identical statistics. scratch: kWarps states; every thread of
-// the block calls it (one block barrier).
+// the same order, so the team normalizes with bitwise-identical statistics. scratch: kWarps states; the team's
+// threads meet at their own named barrier (1 + team), so that a team stores while the others still read.
 template <int kTeams, bool kFast>
 __device__ __forceinline__ OnlineState<float> reduce_team_state(OnlineState<float> v, OnlineState<float>* scratch) {
   constexpr int kTeamWarps = kWarps / kTeams;
   const int warp = threadIdx.x >> 5;
   v = warp_allreduce(v, ItemMergeOp<kFast>{});
   if ((threadIdx.x & 31) == 0) scratch[warp] = v;
-  __syncthreads();
+  asm volatile("bar.sync %0, %1;\n" ::"r"(1 + warp / kTeamWarps), "r"(kThreads / kTeams) : "memory");
   const int first = warp / kTeamWarps * kTeamWarps;
   OnlineState<float> acc = scratch[first];
 #pragma unroll
@@ -212,7 +214,13 @@ __device__ __forceinline__ OnlineState<float> reduce_team_state(OnlineState<floa
 // rows of 64-256 KB otherwise run on the pipelined kernel, whose SMs fold and store in the same phases (bf16
 // 1024x32768 43 us on the H200 against 38.7 for the same bytes as 128 rows of 512 KB here), and per-row bookkeeping
 // inside one item's layout cost 1.5x the instructions (NOTES "s64 call 5"); a team runs the single-row code. A team
-// past the last row (rows not a multiple of kTeams) returns after the team reduction's barrier.
+// past the last row (rows not a multiple of kTeams) returns at once. The teams start one after another (team j's loads
+// once team j - 1's fifth piece has landed) and meet only at barriers of their own, so that within an SM the first
+// teams store while the last ones still read, where teams that read, folded and turned to storing together left
+// DRAM idle at the turn. H200, bf16, us cold / streamed, block barrier -> team barriers -> staggered too (NOTES "s73
+// call 4"): 1024x32768 40.7 / 40.9 -> 39.8 / 40.4 -> 36.7 / 39.8, 1024x32000 42.1 / 42.6 -> 42.5 / 41.7 -> 38.7 / 40.3,
+// 512x65536 40.3 / 41.1 -> 39.7 / 40.6 -> 38.0 / 40.2, 256x131072 40.1 / 40.6 -> 39.7 / 40.4 -> 39.4 / 40.9,
+// 1056x65536 81.7 / 82.1 -> 80.2 / 80.2 -> 78.1 / 78.4; waiting for piece 0 or 13 instead ran within ~1 us of it.
 template <typename T, bool kSoftmax, ItemFill kFill, int kTeams = 1>
 __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(const PipeParams<T> p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -264,11 +272,12 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
   }
   __syncthreads();
   begin_dependent_grid();
-  // A team past the last row (none in kWhole: the host checks rows % kTeams == 0) joins the team reduction's block
-  // barrier only.
-  if (!kWhole && kTeams > 1 && span.row >= p.rows) {
-    reduce_team_state<kTeams, kFast>(empty_state<float>(), scratch);
-    return;
+  // A team past the last row (none in kWhole: the host checks rows % kTeams == 0) has nothing to do; the teams after
+  // it, the only ones that wait for it below, are past the last row too.
+  if (!kWhole && kTeams > 1 && span.row >= p.rows) return;
+  // Team j's loads go out once team j - 1's piece kTeamStaggerPiece has landed (team 0 at once).
+  if (kTeams > 1 && team > 0 && pieces > 0) {
+    mbarrier_wait(block_bars + (team - 1) * kMaxPieces + min(kTeamStaggerPiece, pieces - 1), 0);
   }
   const uint64_t evict_first = l2_policy_evict_first(), evict_last = l2_policy_evict_last();
   const T* const x_first = item_x();

@@ -220,7 +220,8 @@ __device__ __forceinline__ OnlineState<float> reduce_team_state(OnlineState<floa
 // DRAM idle at the turn. H200, bf16, us cold / streamed, block barrier -> team barriers -> staggered too (NOTES "s73
 // call 4"): 1024x32768 40.7 / 40.9 -> 39.8 / 40.4 -> 36.7 / 39.8, 1024x32000 42.1 / 42.6 -> 42.5 / 41.7 -> 38.7 / 40.3,
 // 512x65536 40.3 / 41.1 -> 39.7 / 40.6 -> 38.0 / 40.2, 256x131072 40.1 / 40.6 -> 39.7 / 40.4 -> 39.4 / 40.9,
-// 1056x65536 81.7 / 82.1 -> 80.2 / 80.2 -> 78.1 / 78.4; waiting for piece 0 or 13 instead ran within ~1 us of it.
+// 1056x65536 81.7 / 82.1 -> 80.2 / 80.2 -> 78.1 / 78.4; waiting for piece 0 or 13 instead ran within ~1 us of it, and
+// two chains of kTeams / 2 teams 1.5-2.5 us behind one ("s73 call 6").
 template <typename T, bool kSoftmax, ItemFill kFill, int kTeams = 1>
 __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(const PipeParams<T> p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

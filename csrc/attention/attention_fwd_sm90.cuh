@@ -18,6 +18,7 @@
 #include "common/fast_math.cuh"
 #include "common/grid_dependency.cuh"
 #include "common/mbarrier.cuh"
+#include "common/named_barrier.cuh"
 
 namespace flash_attn_ext {
 namespace attention_fwd_sm90 {
@@ -60,14 +61,8 @@ __device__ __forceinline__ void bulk_commit_and_wait_read() {
   asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
 }
 
-// Named barrier `id` (1..15; 0 is __syncthreads) of `threads` threads: consumer warpgroup wg orders its own
-// Q load before its MMAs on barrier 1 + wg.
-__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
+// (Named barriers, common/named_barrier.cuh: consumer warpgroup wg orders its own Q load before its MMAs on barrier
+// 1 + wg.)
 
 // Rows [row_begin, row_begin + kRows) of the block's Q tile (packed: row r = query r / group of head
 // kv_head * group + r % group, so each chunk has its own address), by cp.async from kThreadsUsed threads

@@ -24,6 +24,7 @@
 #include <type_traits>
 
 #include "common/fast_math.cuh"
+#include "common/named_barrier.cuh"
 #include "softmax/softmax_launch.h"
 
 namespace flash_attn_ext {
@@ -237,7 +238,7 @@ struct RoleTeam {
   __device__ __forceinline__ int rank() const { return threadIdx.x - first; }
   __device__ __forceinline__ int size() const { return count; }
   __device__ __forceinline__ void sync() const {
-    asm volatile("bar.sync %0, %1;\n" ::"r"(barrier), "r"(count) : "memory");
+    named_barrier_sync(barrier, count);
   }
 };
 

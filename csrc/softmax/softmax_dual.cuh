@@ -13,6 +13,7 @@
 // main -> these, two rounds (NOTES "s69 call A"): fp32 8x4194303 117.5-117.8 -> 95.2-95.6, 128x262143 102.2-102.6 ->
 // 91.2-91.4, 1024x32767 96.3-96.5 -> 86.0-86.1, 1024x20001 62.5-62.6 -> 56.0-56.1; the aligned kernels' SASS is
 // unchanged.
+#include "common/named_barrier.cuh"
 #include "softmax/softmax_pipelined.cuh"
 
 namespace flash_attn_ext {
@@ -337,7 +338,7 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_dual_rows_kernel(const Pi
         ring_p, swapped ? blockIdx.x + gridDim.x : blockIdx.x, step, RoleTeam{0, kRingThreads, kRingBarrier}, ring,
         bars, s_ring, pipe::StartSignal{swapped ? 0 : kStartBarrier, kThreads, kStartPiece<T>});
   } else {
-    if (!swapped) asm volatile("bar.sync %0, %1;\n" ::"r"(kStartBarrier), "r"(kThreads) : "memory");
+    if (!swapped) named_barrier_sync(kStartBarrier, kThreads);
     const int64_t first_item = swapped ? blockIdx.x : blockIdx.x + gridDim.x;
     register_items<T, kLoadsInFlight, kSoftmaxOnly, kShifted>(p, first_item, step, s_reg);
   }

@@ -7,6 +7,7 @@
 // items are already streaming in. Each element is still read from DRAM once and written once.
 #include "common/grid_dependency.cuh"
 #include "common/mbarrier.cuh"
+#include "common/named_barrier.cuh"
 #include "softmax/phase_trace.cuh"
 #include "softmax/split_exchange.cuh"
 
@@ -272,7 +273,7 @@ struct StartSignal {
   int count = 0;
   int piece = 0;
   __device__ __forceinline__ void arrive() const {
-    if (barrier > 0) asm volatile("bar.arrive %0, %1;\n" ::"r"(barrier), "r"(count) : "memory");
+    if (barrier > 0) named_barrier_arrive(barrier, count);
   }
 };
 

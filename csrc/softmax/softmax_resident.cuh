@@ -13,6 +13,7 @@
 // exactly 512 KB on their own instantiation (ItemFill::Whole) the kernel reads 49.6 / 52.2 beside it (s56 call 1). Each
 // element is read from DRAM once and written once.
 #include "common/l2_policy.cuh"
+#include "common/named_barrier.cuh"
 #include "softmax/softmax_dual.cuh"
 
 namespace flash_attn_ext {
@@ -182,7 +183,7 @@ __device__ __forceinline__ OnlineState<float> reduce_team_state(OnlineState<floa
   const int warp = threadIdx.x >> 5;
   v = warp_allreduce(v, ItemMergeOp<kFast>{});
   if ((threadIdx.x & 31) == 0) scratch[warp] = v;
-  asm volatile("bar.sync %0, %1;\n" ::"r"(1 + warp / kTeamWarps), "r"(kThreads / kTeams) : "memory");
+  named_barrier_sync(1 + warp / kTeamWarps, kThreads / kTeams);
   const int first = warp / kTeamWarps * kTeamWarps;
   OnlineState<float> acc = scratch[first];
 #pragma unroll

@@ -29,8 +29,12 @@ constexpr int kMaxPieces = 14;  // shared memory: 224 KB a block
 constexpr int kL2Group = 2;     // L2-part vectors a thread folds at once
 constexpr int kL2Depth = 2;     // and the groups it keeps in flight (3 or 4 spilled or ran slower)
 constexpr int kStoreDepth = 4;  // L2-part vectors in flight in the store pass
-// Teams' staggered starts (softmax_resident_rows_kernel): the piece of the team before that a team's loads wait for.
-constexpr int kTeamStaggerPiece = 4;
+// Teams' staggered starts (softmax_resident_rows_kernel): the piece of the team before that a team's loads wait for,
+// by team count: with 8 teams its fifth, with 2 or 4 its last (NOTES "s73 call 7", piece 4 -> 13, us cold: bf16
+// 512x65536 38.1 -> 37.7, 1056x65536 77.6 -> 76.9; 8 teams, 1024x32768 36.7 -> 37.5). Against piece 4 for every
+// count, two rounds ("s74 call 1"): 4 teams, 1024x61000 77.8-78.2 -> 77.2-77.3, 1056x65536 76.9-77.2 -> 76.6-76.7;
+// 2 teams level (528x131072 78.9-79.0 -> 78.7).
+template <int kTeams> constexpr int kTeamStaggerPiece = kTeams == 8 ? 4 : kMaxPieces - 1;
 // (kResidentOnChipItemBytes is kResidentMaxItemBytes less the 128 KB at most that go through L2.)
 static_assert(int64_t(kThreads) * kRegVecs * 16 + int64_t(kMaxPieces) * kPieceBytes == kResidentOnChipItemBytes,
               "the host's item bounds: registers + shared memory, and at most 128 KB more through L2");
@@ -209,20 +213,20 @@ __device__ __forceinline__ OnlineState<float> reduce_team_state(OnlineState<floa
 // no vector needs a bound: bf16 softmax 3392 SASS instructions and 71 branches against 3896 and 100; streamed
 // 128x262144 50.1 -> 49.7 us, 64x524288 51.9 -> 51.5, cold 48.2 -> 47.5; 8x4194304 and 4x8388608 level (H100, two
 // rounds alternating through the op, NOTES "s56 call 1").
-// kTeams > 1: whole rows (p.chunks == 1), kTeams of them a block: team j (threads [j, j + 1) * kThreads / kTeams)
-// holds row b * kTeams + j as the block above holds an item, every size divided by kTeams (pieces of kPieceBytes /
-// kTeams, at most 512 KB / kTeams a row), with its own barriers, pieces and statistics and no exchange. Why: whole
-// rows of 64-256 KB otherwise run on the pipelined kernel, whose SMs fold and store in the same phases (bf16
-// 1024x32768 43 us on the H200 against 38.7 for the same bytes as 128 rows of 512 KB here), and per-row bookkeeping
-// inside one item's layout cost 1.5x the instructions (NOTES "s64 call 5"); a team runs the single-row code. A team
-// past the last row (rows not a multiple of kTeams) returns at once. The teams start one after another (team j's loads
-// once team j - 1's fifth piece has landed) and meet only at barriers of their own, so that within an SM the first
-// teams store while the last ones still read, where teams that read, folded and turned to storing together left
-// DRAM idle at the turn. H200, bf16, us cold / streamed, block barrier -> team barriers -> staggered too (NOTES "s73
-// call 4"): 1024x32768 40.7 / 40.9 -> 39.8 / 40.4 -> 36.7 / 39.8, 1024x32000 42.1 / 42.6 -> 42.5 / 41.7 -> 38.7 / 40.3,
-// 512x65536 40.3 / 41.1 -> 39.7 / 40.6 -> 38.0 / 40.2, 256x131072 40.1 / 40.6 -> 39.7 / 40.4 -> 39.4 / 40.9,
-// 1056x65536 81.7 / 82.1 -> 80.2 / 80.2 -> 78.1 / 78.4; waiting for piece 0 or 13 instead ran within ~1 us of it, and
-// two chains of kTeams / 2 teams 1.5-2.5 us behind one ("s73 call 6").
+// kTeams > 1: whole rows (p.chunks == 1), kTeams of them a block: team j (threads [j, j + 1) * kThreads / kTeams) holds
+// row b * kTeams + j as the block above holds an item, every size divided by kTeams (pieces of kPieceBytes / kTeams, at
+// most 512 KB / kTeams a row), with its own barriers, pieces and statistics and no exchange. Why: whole rows of 64-256
+// KB otherwise run on the pipelined kernel, whose SMs fold and store in the same phases (bf16 1024x32768 43 us on the
+// H200 against 38.7 for the same bytes as 128 rows of 512 KB here), and per-row bookkeeping inside one item's layout
+// cost 1.5x the instructions (NOTES "s64 call 5"); a team runs the single-row code. A team past the last row (rows not
+// a multiple of kTeams) returns at once. The teams start one after another (team j's loads once team j - 1's piece
+// kTeamStaggerPiece has landed) and meet only at barriers of their own, so that within an SM the first teams store
+// while the last ones still read, where teams that read, folded and turned to storing together left DRAM idle at the
+// turn. H200, bf16, us cold / streamed, block barrier -> team barriers -> piece 4 too (NOTES "s73 call 4"):
+// 1024x32768 40.7 / 40.9 -> 39.8 / 40.4 -> 36.7 / 39.8, 1024x32000 42.1 / 42.6 -> 42.5 / 41.7 -> 38.7 / 40.3, 512x65536
+// 40.3 / 41.1 -> 39.7 / 40.6 -> 38.0 / 40.2, 256x131072 40.1 / 40.6 -> 39.7 / 40.4 -> 39.4 / 40.9, 1056x65536 81.7 /
+// 82.1 -> 80.2 / 80.2 -> 78.1 / 78.4; waiting for piece 0 or 13 instead ran within ~1 us of it, and two chains of
+// kTeams / 2 teams 1.5-2.5 us behind one ("s73 call 6").
 template <typename T, bool kSoftmax, ItemFill kFill, int kTeams = 1>
 __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(const PipeParams<T> p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -279,7 +283,7 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
   if (!kWhole && kTeams > 1 && span.row >= p.rows) return;
   // Team j's loads go out once team j - 1's piece kTeamStaggerPiece has landed (team 0 at once).
   if (kTeams > 1 && team > 0 && pieces > 0) {
-    mbarrier_wait(block_bars + (team - 1) * kMaxPieces + min(kTeamStaggerPiece, pieces - 1), 0);
+    mbarrier_wait(block_bars + (team - 1) * kMaxPieces + min(kTeamStaggerPiece<kTeams>, pieces - 1), 0);
   }
   const uint64_t evict_first = l2_policy_evict_first(), evict_last = l2_policy_evict_last();
   const T* const x_first = item_x();

@@ -378,8 +378,9 @@ template <typename T> int64_t resident_teams(const RowsShape& s) {
   if constexpr (sizeof(T) != 2) {
     return 0;  // (fp32 teams lost: see resident_chunks; an else, so that the loop is not compiled unreachable)
   } else {
-    // (and a device whose opt-in shared memory holds the pieces next to 8 teams' barriers and the scratch, ~1.2 KB)
-    if (!s.resident || !s.aligned || s.smem_optin < kResidentMaxSmemBytes + 2048) return 0;
+    // (and a device whose opt-in shared memory holds the pieces next to the static part of 8 teams' kernels: their
+    // barriers, the scratch and the helped stores' statistics and counters, 2432 B in the sm_90a build)
+    if (!s.resident || !s.aligned || s.smem_optin < kResidentMaxSmemBytes + 3072) return 0;
     for (const int64_t teams : {2, 4, 8}) {
       if (s.row_bytes * teams > kResidentMaxItemBytes || s.row_bytes * teams < kResidentOnChipItemBytes) continue;
       const int64_t items = ceil_div(s.rows, teams);

@@ -226,7 +226,8 @@ __device__ __forceinline__ OnlineState<float> reduce_team_state(OnlineState<floa
 // 1024x32768 40.7 / 40.9 -> 39.8 / 40.4 -> 36.7 / 39.8, 1024x32000 42.1 / 42.6 -> 42.5 / 41.7 -> 38.7 / 40.3, 512x65536
 // 40.3 / 41.1 -> 39.7 / 40.6 -> 38.0 / 40.2, 256x131072 40.1 / 40.6 -> 39.7 / 40.4 -> 39.4 / 40.9, 1056x65536 81.7 /
 // 82.1 -> 80.2 / 80.2 -> 78.1 / 78.4; waiting for piece 0 or 13 instead ran within ~1 us of it, and two chains of
-// kTeams / 2 teams 1.5-2.5 us behind one ("s73 call 6").
+// kTeams / 2 teams 1.5-2.5 us behind one ("s73 call 6"). In phase B teams of 4 and 8 (OnChip, Whole) store their
+// shared-memory part with the warps of the teams that have finished (kHelp below).
 template <typename T, bool kSoftmax, ItemFill kFill, int kTeams = 1>
 __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(const PipeParams<T> p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -241,9 +242,16 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
   static_assert(!kShifted || kTeams == 1, "Shifted is one item a block");
   constexpr int kTeamThreads = kThreads / kTeams;
   constexpr int kTeamPieceVecs = kPieceVecs / kTeams;  // two vectors a thread, as for one team
+  // Teams of 4 or 8 whose rows fill their shared memory store their pieces with help: a team's warps that have stored
+  // their own row go on to the later teams' rows, claiming whole pieces from the owner's counter (see below). Teams
+  // of 2 ran 0.9 us slower with it (bf16 256x131072 39.3 -> 40.2 us cold, NOTES "s75 call 5").
+  constexpr bool kHelp = kTeams >= 4 && kOnChip;
   extern __shared__ __align__(128) uint4 block_held[];
   __shared__ uint64_t block_bars[kMaxPieces * kTeams];
   __shared__ OnlineState<float> scratch[kRowScratch];
+  __shared__ OnlineState<float> team_stats[kTeams];  // kHelp: each team's row statistics, published by its thread 0
+  __shared__ uint64_t team_stats_bars[kTeams];       // and the barrier their publication completes
+  __shared__ int team_claims[kTeams];                // the team's shared-memory pieces claimed so far
   const int t = threadIdx.x % kTeamThreads;
   const int team = threadIdx.x / kTeamThreads;
   // Each team's pieces are sized for a whole row (the host's resident_smem_bytes), a team's after the one before.
@@ -274,6 +282,10 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
   const int l2_groups = (l2_vecs + kTeamThreads * kL2Group - 1) / (kTeamThreads * kL2Group);
   if (t == 0) {
     for (int k = 0; k < pieces; ++k) mbarrier_init(bars + k, 1);
+    if (kHelp) {
+      mbarrier_init(team_stats_bars + team, 1);
+      team_claims[team] = 0;
+    }
     mbarrier_init_fence();
   }
   __syncthreads();
@@ -398,16 +410,21 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
     row_state = reduce_item_state<kFast>(p.exchange, p.chunks, span.row, item, st, scratch);
   } else {
     row_state = reduce_team_state<kTeams, kFast>(st, scratch);
+    if (kHelp && t == 0) {
+      team_stats[team] = row_state;
+      mbarrier_arrive(team_stats_bars + team);
+    }
   }
-  const Epilogue<float> epi(p.output, row_state, row_state.m);
-  const auto term = pipe::output_term<T, kSoftmax>(epi, row_state.m);
-  const auto out = [&](uint4 r) {
+  const auto out_by = [](const auto& term, uint4 r) {
     float w[kElems];
     VecIO<T>::unpack(r, w);
 #pragma unroll
     for (int j = 0; j < kElems; ++j) w[j] = term(w[j]);
     return VecIO<T>::pack(w);
   };
+  const Epilogue<float> epi(p.output, row_state, row_state.m);
+  const auto term = pipe::output_term<T, kSoftmax>(epi, row_state.m);
+  const auto out = [&](uint4 r) { return out_by(term, r); };
   T* const y_first = p.y + span.row * p.len + span.begin;
   uint4* y = kShifted ? reinterpret_cast<uint4*>(y_first - iv.shift) + iv.lo : reinterpret_cast<uint4*>(y_first);
   uint4* yl = y + reg_vecs + smem_vecs;
@@ -430,8 +447,43 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
     const int v = s * kTeamThreads + t;
     if (kOnChip || v < reg_vecs) store16_streaming(y + v, out(dual::opaque(raw[s])));
   }
+  if constexpr (kHelp) {
+    // Team j's shared-memory pieces, a whole piece a warp, claimed from its counter by its own warps and by the
+    // warps of earlier teams that have stored their rows. Why: the teams start one after another, so the last
+    // team stored alone, 2 of an SM's 16 warps at 8 teams, and its exponentials held the call's tail (without
+    // phase B's math the kernel ran 2 us faster at bf16 1024x32768, NOTES "s75 call 4"). H200, us cold, two
+    // rounds against main ("s75 call 5"): bf16 1024x32768 36.7-36.8 -> 35.6-35.9, 1024x32000 38.8 -> 37.8-38.0,
+    // 512x65536 37.6 -> 36.9-37.6 (streamed 39.9-40.0 -> 39.2-39.3); fp16 1024x32768 36.6-36.7 -> 35.7-35.9.
+    const int lane = threadIdx.x & 31;
+    const auto store_pieces = [&](int j, const auto& term_j) {
+      uint4* const yj = reinterpret_cast<uint4*>(p.y + (item * kTeams + j) * p.len) + reg_vecs;
+      const uint4* const hj = block_held + j * (kMaxPieces * kTeamPieceVecs);
+#pragma unroll 1
+      for (;;) {
+        int k = 0;
+        if (lane == 0) k = atomicAdd(team_claims + j, 1);
+        k = __shfl_sync(0xffffffffu, k, 0);
+        if (k >= kMaxPieces) break;
+#pragma unroll
+        for (int i = 0; i < kTeamPieceVecs / 32; ++i) {
+          const int v = k * kTeamPieceVecs + i * 32 + lane;
+          store16_streaming(yj + v, out_by(term_j, hj[v]));
+        }
+      }
+    };
+    store_pieces(team, term);
+#pragma unroll 1
+    for (int j = team + 1; j < kTeams; ++j) {
+      if (!kWhole && item * kTeams + j >= p.rows) break;
+      mbarrier_wait(team_stats_bars + j, 0);
+      const OnlineState<float> sj = team_stats[j];
+      const Epilogue<float> epi_j(p.output, sj, sj.m);
+      store_pieces(j, pipe::output_term<T, kSoftmax>(epi_j, sj.m));
+    }
+  } else {
 #pragma unroll 2
-  for (int v = t; v < smem_vecs; v += kTeamThreads) store16_streaming(y + reg_vecs + v, out(held[v]));
+    for (int v = t; v < smem_vecs; v += kTeamThreads) store16_streaming(y + reg_vecs + v, out(held[v]));
+  }
   if (edges) {
     // (y: element 0 of vector 0 of iv)
     pipe::store_edge_vectors<T>(y_first - iv.shift, iv, term, pipe::EdgeSlotsAt{});

@@ -347,28 +347,28 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
       g[i] = kWhole || v < l2_vecs ? load16_policy(xl + v, evict_last) : neg_inf_vector<T>();
     }
   };
-  const auto fold_piece = [&](int k) {
-    mbarrier_wait(bars + k, 0);
-    uint4 v[2];
+  // Pieces k, k + 1, ... (kN of them) folded as one group of 2 kN vectors: one max tree, one rescale test and one
+  // correction. Two whole pieces at once took 0.3-0.6 us off bf16 64x524288 and 120x262144, level elsewhere (NOTES
+  // "s75 call 1"): phase A's folds are instruction- and latency-bound once the register part has landed. Pairs in
+  // 16-bit Whole single items only: with them the team kernels spilled 28 B (8 B without) and the fp32 Whole kernel
+  // 16 B (none without), ptxas.
+  const auto fold_pieces = [&](int k, auto pieces_at_once) {
+    constexpr int kN = decltype(pieces_at_once)::value;
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int idx = k * kTeamPieceVecs + i * kTeamThreads + t;
-      v[i] = kOnChip || idx < smem_vecs ? held[idx] : neg_inf_vector<T>();
+    for (int i = 0; i < kN; ++i) mbarrier_wait(bars + k + i, 0);
+    uint4 v[2 * kN];
+#pragma unroll
+    for (int j = 0; j < kN; ++j) {
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int idx = (k + j) * kTeamPieceVecs + i * kTeamThreads + t;
+        v[2 * j + i] = kOnChip || idx < smem_vecs ? held[idx] : neg_inf_vector<T>();
+      }
     }
     fold_vectors<T>(st, v);
   };
-  // Two whole pieces folded as one 4-vector group: one max tree, one rescale test and one correction for both.
-  // Phase A's folds are instruction- and latency-bound once the register part has landed; this took 0.3-0.6 us off
-  // bf16 64x524288 and 120x262144, level elsewhere (NOTES "s75 call 1"). 16-bit Whole single items only: with it
-  // the team kernels spilled 28 B (8 B without) and the fp32 Whole kernel 16 B (none without), ptxas.
-  const auto fold_two_pieces = [&](int k) {
-    mbarrier_wait(bars + k, 0);
-    mbarrier_wait(bars + k + 1, 0);
-    uint4 v[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) v[i] = held[(k + i / 2) * kTeamPieceVecs + (i % 2) * kTeamThreads + t];
-    fold_vectors<T>(st, v);
-  };
+  using OnePiece = std::integral_constant<int, 1>;
+  using TwoPieces = std::integral_constant<int, 2>;
 #pragma unroll
   for (int d = 0; d < kL2Depth; ++d) {
     if (d < l2_groups) load_group(group[d], d);
@@ -383,11 +383,11 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
 #pragma unroll 1
         for (int k = 0; k < pieces_per_group && piece < pieces;) {
           if (kWhole && kTeams == 1 && sizeof(T) == 2 && k + 1 < pieces_per_group && piece + 1 < pieces) {
-            fold_two_pieces(piece);
+            fold_pieces(piece, TwoPieces{});
             piece += 2;
             k += 2;
           } else {
-            fold_piece(piece++);
+            fold_pieces(piece++, OnePiece{});
             ++k;
           }
         }
@@ -397,7 +397,7 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
     }
   }
 #pragma unroll 1
-  while (piece < pieces) fold_piece(piece++);
+  while (piece < pieces) fold_pieces(piece++, OnePiece{});
 
   uint4 next[kStoreDepth];  // the store pass's first L2 vectors, in flight through the exchange
 #pragma unroll

@@ -46,6 +46,7 @@ struct LaunchMemo {
   std::map<std::pair<int, const void*>, size_t> smem_allowed;               // (device, kernel) -> bytes
   std::map<std::tuple<int, const void*, int, size_t>, int> blocks_per_sm;  // (device, kernel, threads, bytes)
   std::map<std::pair<int, const void*>, int> binary_version;               // (device, kernel)
+  std::map<std::pair<int, const void*>, size_t> static_smem;               // (device, kernel) -> bytes
 };
 inline LaunchMemo& launch_memo() {
   static LaunchMemo* memo = new LaunchMemo();  // never destroyed: usable from other static destructors
@@ -115,5 +116,18 @@ inline int kernel_code_version(Kernel* kernel) {
     cudaFuncAttributes attributes{};
     FAE_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
     return attributes.binaryVersion < attributes.ptxVersion ? attributes.binaryVersion : attributes.ptxVersion;
+  });
+}
+
+// The static shared memory of `kernel`'s code on the current device (its __shared__ arrays), asked once per device:
+// what a launch's dynamic shared memory must leave room for under the device's opt-in limit.
+template <typename Kernel>
+inline size_t kernel_static_smem(Kernel* kernel) {
+  auto& memo = flash_attn_ext::detail::launch_memo();
+  const auto key = std::make_pair(flash_attn_ext::current_cuda_device(), reinterpret_cast<const void*>(kernel));
+  return flash_attn_ext::detail::memoized(memo.static_smem, key, [&] {
+    cudaFuncAttributes attributes{};
+    FAE_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
+    return attributes.sharedSizeBytes;
   });
 }

@@ -147,6 +147,8 @@ struct RowsShape {
                   // whose output lies on the input's 16-byte grid (ItemVectors)
   bool dual;      // the dual-role kernel can run (the same conditions; unaligned rows: fp32 and 16-bit types)
   bool resident;  // the resident kernel can run: the same, for 16-bit types and fp32 (teams: aligned rows only)
+  bool resident_fits;        // and the opt-in shared memory holds the longest item next to its static arrays
+  bool resident_teams_fit;   // the same for the kernels of 2, 4 and 8 teams
 };
 
 // Pipelined kernel (softmax_pipelined.cuh): 16 KiB ring pieces, as many as the opt-in shared memory holds
@@ -341,8 +343,7 @@ constexpr int64_t kResidentMinUnalignedDualRowBytes = 96 * 1024;
 // The teams' blocks' least fill: of one wave (resident_teams), of the waves they span (heuristic_plan).
 constexpr double kResidentMinFill = 0.9;
 template <typename T> int64_t resident_chunks(const RowsShape& s) {
-  // (and a device whose opt-in shared memory holds the longest item's pieces next to the static arrays)
-  if (!s.resident || s.smem_optin < kResidentMaxSmemBytes + 1024) return 0;
+  if (!s.resident || !s.resident_fits) return 0;
   const int64_t min_whole_row_bytes = sizeof(T) == 4  ? kResidentMinFloatRowBytes
                                       : s.rows <= s.sms ? kResidentMinRowBytes
                                       : s.aligned       ? kResidentMinWavesRowBytes
@@ -378,9 +379,7 @@ template <typename T> int64_t resident_teams(const RowsShape& s) {
   if constexpr (sizeof(T) != 2) {
     return 0;  // (fp32 teams lost: see resident_chunks; an else, so that the loop is not compiled unreachable)
   } else {
-    // (and a device whose opt-in shared memory holds the pieces next to the static part of 8 teams' kernels: their
-    // barriers, the scratch and the helped stores' statistics and counters, 2432 B in the sm_90a build)
-    if (!s.resident || !s.aligned || s.smem_optin < kResidentMaxSmemBytes + 3072) return 0;
+    if (!s.resident || !s.resident_teams_fit || !s.aligned) return 0;
     for (const int64_t teams : {2, 4, 8}) {
       if (s.row_bytes * teams > kResidentMaxItemBytes || s.row_bytes * teams < kResidentOnChipItemBytes) continue;
       const int64_t items = ceil_div(s.rows, teams);
@@ -951,9 +950,12 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
 }
 
 // Which sm_90 kernel families have their bodies on the current device (pipe_supported, dual_supported,
-// resident_supported), asked once per device and dtype. Why: each family's check is one memoized lookup (a lock
+// resident_supported) and whether the resident ones fit its opt-in shared memory (resident_fits: the static arrays
+// of 8 teams' kernels are 2432 B in the sm_90a build, and an H100's or H200's opt-in leaves 3072 B beside the
+// longest item's 224 KB), asked once per device and dtype. Why: each family's check is one memoized lookup (a lock
 // and a map search) per kernel, 25 of them, and every row call needs the answer, short rows included.
-constexpr uint8_t kAskedFamilies = 1, kPipeFamily = 2, kDualFamily = 4, kResidentFamily = 8;
+constexpr uint8_t kAskedFamilies = 1, kPipeFamily = 2, kDualFamily = 4, kResidentFamily = 8, kResidentFits = 16,
+                  kResidentTeamsFit = 32;
 template <typename T> uint8_t sm90_families() {
   constexpr int kMaxDevices = 64;
   static std::atomic<uint8_t> known[kMaxDevices];  // 0: not asked yet (static storage starts zeroed)
@@ -962,7 +964,11 @@ template <typename T> uint8_t sm90_families() {
     if (pipe_supported<T>()) bits |= kPipeFamily;
     if (dual_supported<T>()) bits |= kDualFamily;
     if constexpr (sizeof(T) == 2 || std::is_same_v<T, float>) {
-      if (resident_supported<T>()) bits |= kResidentFamily;
+      if (resident_supported<T>()) {
+        bits |= kResidentFamily;
+        if (resident_fits<T>(1)) bits |= kResidentFits;
+        if (resident_fits<T>(2) && resident_fits<T>(4) && resident_fits<T>(8)) bits |= kResidentTeamsFit;
+      }
     }
     return bits;
   };
@@ -1000,6 +1006,8 @@ template <typename T> void softmax_cuda_typed(const SoftmaxProblem& p, cudaStrea
               prop->reservedSharedMemPerBlock,
               false,
               false,
+              false,
+              false,
               false};
   // Unaligned rows go to the pipelined kernel when the output's 16-byte grid is the input's (both fresh
   // tensors: the allocator aligns them alike), so one shift per item aligns both its copies and its stores.
@@ -1008,6 +1016,8 @@ template <typename T> void softmax_cuda_typed(const SoftmaxProblem& p, cudaStrea
   s.pipe = (s.aligned || same_grid) && (families & kPipeFamily) != 0;
   s.dual = (s.aligned || (same_grid && dual_takes_unaligned<T>())) && (families & kDualFamily) != 0;
   s.resident = (s.aligned || same_grid) && (families & kResidentFamily) != 0;
+  s.resident_fits = (families & kResidentFits) != 0;
+  s.resident_teams_fit = (families & kResidentTeamsFit) != 0;
   const RowsPlan* forced = forced_rows_plan();
   const RowsPlan plan = forced != nullptr ? *forced : heuristic_plan<T>(p, s);
   if (log_rows_plans()) {

@@ -205,6 +205,9 @@ constexpr size_t kResidentMaxSmemBytes = 224 * 1024;  // the longest item's shar
 // An item's register and shared-memory parts (the rest goes through L2); a team's row is 1 / teams of it.
 constexpr int64_t kResidentOnChipItemBytes = kResidentMaxItemBytes - 128 * 1024;
 template <typename T> bool resident_supported();
+// Whether the device's opt-in shared memory holds the longest item's pieces (kResidentMaxSmemBytes) next to the static
+// arrays of every resident instantiation with `teams` rows a block (1: one item a block).
+template <typename T> bool resident_fits(int teams);
 template <typename T> int resident_rows_blocks_per_sm(const PipeParams<T>& p);
 template <typename T> void launch_resident_rows(const PipeParams<T>& p, cudaStream_t stream);
 

@@ -32,6 +32,35 @@ template <typename T> bool resident_supported() {
          resident_teams_supported<T, 8>();
 }
 
+template <typename T, int kTeams> bool resident_teams_fit() {
+  using resident::ItemFill;
+  const size_t optin = static_cast<size_t>(current_device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin));
+  const auto fits = [&](auto fill) {
+    for (const auto kernel : {resident::library_kernel<T, true, decltype(fill)::value, kTeams>,
+                              resident::library_kernel<T, false, decltype(fill)::value, kTeams>}) {
+      if (kernel_static_smem(kernel) + kResidentMaxSmemBytes > optin) return false;
+    }
+    return true;
+  };
+  const bool whole = fits(std::integral_constant<ItemFill, ItemFill::Whole>{}) &&
+                     fits(std::integral_constant<ItemFill, ItemFill::Bounded>{});
+  if constexpr (kTeams > 1) {
+    return whole && fits(std::integral_constant<ItemFill, ItemFill::OnChip>{});
+  } else {
+    return whole && fits(std::integral_constant<ItemFill, ItemFill::Shifted>{});
+  }
+}
+template <typename T> bool resident_fits(int teams) {
+  switch (teams) {
+    case 1: return resident_teams_fit<T, 1>();
+    case 2: return resident_teams_fit<T, 2>();
+    case 4: return resident_teams_fit<T, 4>();
+    case 8: return resident_teams_fit<T, 8>();
+    default: TORCH_CHECK(false, "resident kernel: teams must be 1, 2, 4 or 8, got ", teams);
+  }
+  return false;
+}
+
 // The pieces of the item's shared-memory part (the longest item: chunk_elems, or a team's row): a team's pieces
 // are 1 / teams of kPieceBytes, and every team has the longest row's count.
 template <typename T> size_t resident_smem_bytes(const PipeParams<T>& p) {
@@ -100,6 +129,7 @@ template <typename T> void launch_resident_rows(const PipeParams<T>& p, cudaStre
 
 #define FAE_INSTANTIATE_RESIDENT(T)                          \
   template bool resident_supported<T>();                     \
+  template bool resident_fits<T>(int);                       \
   template int resident_rows_blocks_per_sm<T>(const PipeParams<T>&); \
   template void launch_resident_rows<T>(const PipeParams<T>&, cudaStream_t);
 FAE_INSTANTIATE_RESIDENT(__half)

@@ -117,7 +117,10 @@ __device__ __forceinline__ float sum_of_terms(const uint4 (&raw)[N], const Exp& 
 // st folded with N vectors: their packed max, the carried sum rescaled only when the max rises (one exponential, rarely
 // taken after a row's first vectors; fp32's accurate), their terms (item_terms_at). An infinite or NaN group max needs
 // no case of its own: from -inf the carried sum is 0 either way, a rise to +inf leaves the terms infinite (the
-// epilogue's NaN), and a NaN max compares false while its terms carry the NaN.
+// epilogue's NaN), and a NaN max compares false while its terms carry the NaN. The folds are bound by instruction
+// issue, not by the MUFU rate: two of every eight 16-bit terms by a polynomial exp2 on the FMA pipe ran 0.6-1.7 us
+// slower on the H200 (NOTES "s76 call 2", as s30 found for the pipelined kernel), and folding the register part in
+// groups as its loads land 0.1-0.5 us slower.
 template <typename T, int N>
 __device__ __forceinline__ void fold_vectors(OnlineState<float>& st, const uint4 (&raw)[N]) {
   const float m = packed_max_of<T>(raw);

@@ -45,8 +45,7 @@ struct LaunchMemo {
   std::mutex mutex;
   std::map<std::pair<int, const void*>, size_t> smem_allowed;               // (device, kernel) -> bytes
   std::map<std::tuple<int, const void*, int, size_t>, int> blocks_per_sm;  // (device, kernel, threads, bytes)
-  std::map<std::pair<int, const void*>, int> binary_version;               // (device, kernel)
-  std::map<std::pair<int, const void*>, size_t> static_smem;               // (device, kernel) -> bytes
+  std::map<std::pair<int, const void*>, cudaFuncAttributes> attributes;   // (device, kernel)
 };
 inline LaunchMemo& launch_memo() {
   static LaunchMemo* memo = new LaunchMemo();  // never destroyed: usable from other static destructors
@@ -104,30 +103,31 @@ inline int resident_blocks_per_sm(Kernel* kernel, int threads, size_t smem_bytes
   });
 }
 
-// The architecture `kernel`'s code on the current device was compiled for (major * 10 + minor: 90 for sm_90a
-// code), asked once per device: the lower of the binary's and the PTX's version. A build without code for that
-// architecture may hold an empty stub there; and a build whose PTX (e.g. "8.0+PTX") the driver compiles for
-// sm_90 reports binary version 90 for code whose `__CUDA_ARCH__ >= 900` bodies were compiled out.
+// `kernel`'s attributes on the current device (its code's versions, its static shared memory), asked once per device.
 template <typename Kernel>
-inline int kernel_code_version(Kernel* kernel) {
+inline cudaFuncAttributes kernel_attributes(Kernel* kernel) {
   auto& memo = flash_attn_ext::detail::launch_memo();
   const auto key = std::make_pair(flash_attn_ext::current_cuda_device(), reinterpret_cast<const void*>(kernel));
-  return flash_attn_ext::detail::memoized(memo.binary_version, key, [&] {
+  return flash_attn_ext::detail::memoized(memo.attributes, key, [&] {
     cudaFuncAttributes attributes{};
     FAE_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
-    return attributes.binaryVersion < attributes.ptxVersion ? attributes.binaryVersion : attributes.ptxVersion;
+    return attributes;
   });
 }
 
-// The static shared memory of `kernel`'s code on the current device (its __shared__ arrays), asked once per device:
-// what a launch's dynamic shared memory must leave room for under the device's opt-in limit.
+// The architecture `kernel`'s code on the current device was compiled for (major * 10 + minor: 90 for sm_90a
+// code): the lower of the binary's and the PTX's version. A build without code for that architecture may hold an
+// empty stub there; and a build whose PTX (e.g. "8.0+PTX") the driver compiles for sm_90 reports binary version 90
+// for code whose `__CUDA_ARCH__ >= 900` bodies were compiled out.
+template <typename Kernel>
+inline int kernel_code_version(Kernel* kernel) {
+  const cudaFuncAttributes attributes = kernel_attributes(kernel);
+  return attributes.binaryVersion < attributes.ptxVersion ? attributes.binaryVersion : attributes.ptxVersion;
+}
+
+// The static shared memory of `kernel`'s code on the current device (its __shared__ arrays): what a launch's dynamic
+// shared memory must leave room for under the device's opt-in limit.
 template <typename Kernel>
 inline size_t kernel_static_smem(Kernel* kernel) {
-  auto& memo = flash_attn_ext::detail::launch_memo();
-  const auto key = std::make_pair(flash_attn_ext::current_cuda_device(), reinterpret_cast<const void*>(kernel));
-  return flash_attn_ext::detail::memoized(memo.static_smem, key, [&] {
-    cudaFuncAttributes attributes{};
-    FAE_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
-    return attributes.sharedSizeBytes;
-  });
+  return kernel_attributes(kernel).sharedSizeBytes;
 }

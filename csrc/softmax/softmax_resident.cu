@@ -12,43 +12,36 @@
 namespace flash_attn_ext {
 namespace softmax {
 
-// As the dual kernel: the body exists only in sm_90+ code.
-template <typename T, resident::ItemFill kFill, int kTeams> bool resident_fill_supported() {
-  return kernel_code_version(resident::library_kernel<T, true, kFill, kTeams>) >= 90 &&
-         kernel_code_version(resident::library_kernel<T, false, kFill, kTeams>) >= 90;
-}
-template <typename T, int kTeams> bool resident_teams_supported() {
+// Whether `holds` is true of every instantiation a team count launches: both outputs of whole items, of items with
+// bounds, and of edge items (OnChip for teams, Shifted for single items). Support and fit walk the same set.
+template <typename T, int kTeams, typename Holds> bool all_resident_kernels(Holds holds) {
   using resident::ItemFill;
-  if constexpr (kTeams > 1) {
-    if (!resident_fill_supported<T, ItemFill::OnChip, kTeams>()) return false;
-  } else {
-    if (!resident_fill_supported<T, ItemFill::Shifted, kTeams>()) return false;
+  using resident::library_kernel;
+  constexpr ItemFill kEdge = kTeams > 1 ? ItemFill::OnChip : ItemFill::Shifted;
+  for (const auto kernel : {library_kernel<T, true, kEdge, kTeams>, library_kernel<T, false, kEdge, kTeams>,
+                            library_kernel<T, true, ItemFill::Bounded, kTeams>,
+                            library_kernel<T, false, ItemFill::Bounded, kTeams>,
+                            library_kernel<T, true, ItemFill::Whole, kTeams>,
+                            library_kernel<T, false, ItemFill::Whole, kTeams>}) {
+    if (!holds(kernel)) return false;
   }
-  return resident_fill_supported<T, ItemFill::Bounded, kTeams>() &&
-         resident_fill_supported<T, ItemFill::Whole, kTeams>();
+  return true;
+}
+
+// As the dual kernel: the body exists only in sm_90+ code.
+template <typename T, int kTeams> bool resident_teams_supported() {
+  return all_resident_kernels<T, kTeams>([](auto kernel) { return kernel_code_version(kernel) >= 90; });
 }
 template <typename T> bool resident_supported() {
   return resident_teams_supported<T, 1>() && resident_teams_supported<T, 2>() && resident_teams_supported<T, 4>() &&
          resident_teams_supported<T, 8>();
 }
 
+// The opt-in shared memory holds the longest item next to each kernel's static arrays.
 template <typename T, int kTeams> bool resident_teams_fit() {
-  using resident::ItemFill;
   const size_t optin = static_cast<size_t>(current_device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin));
-  const auto fits = [&](auto fill) {
-    for (const auto kernel : {resident::library_kernel<T, true, decltype(fill)::value, kTeams>,
-                              resident::library_kernel<T, false, decltype(fill)::value, kTeams>}) {
-      if (kernel_static_smem(kernel) + kResidentMaxSmemBytes > optin) return false;
-    }
-    return true;
-  };
-  const bool whole = fits(std::integral_constant<ItemFill, ItemFill::Whole>{}) &&
-                     fits(std::integral_constant<ItemFill, ItemFill::Bounded>{});
-  if constexpr (kTeams > 1) {
-    return whole && fits(std::integral_constant<ItemFill, ItemFill::OnChip>{});
-  } else {
-    return whole && fits(std::integral_constant<ItemFill, ItemFill::Shifted>{});
-  }
+  return all_resident_kernels<T, kTeams>(
+      [&](auto kernel) { return kernel_static_smem(kernel) + kResidentMaxSmemBytes <= optin; });
 }
 template <typename T> bool resident_fits(int teams) {
   switch (teams) {

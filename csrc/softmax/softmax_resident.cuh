@@ -459,6 +459,8 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
     // 512x65536 37.6 -> 36.9-37.6 (streamed 39.9-40.0 -> 39.2-39.3); fp16 1024x32768 36.6-36.7 -> 35.7-35.9.
     const int lane = threadIdx.x & 31;
     const auto store_pieces = [&](int j, const auto& term_j) {
+      // (From the block's item, not as offsets from this team's y and held: that form made ptxas spill 24 bytes in
+      // the bf16 Whole kernel of 8 teams, spill-free here; checked in a local sm_90a build.)
       uint4* const yj = reinterpret_cast<uint4*>(p.y + (item * kTeams + j) * p.len) + reg_vecs;
       const uint4* const hj = block_held + j * (kMaxPieces * kTeamPieceVecs);
 #pragma unroll 1

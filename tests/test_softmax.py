@@ -886,6 +886,39 @@ def test_forced_resident_teams_cuda(config):
     assert child.returncode == 0 and "checked" in child.stdout, child.stderr[-3000:]
 
 
+SPLIT_TEAMS_CHECK = """
+import torch
+import flash_attn_ext as fae
+import test_softmax as t
+from reference import softmax_ref, log_softmax_ref
+ops = ((fae.softmax, softmax_ref, torch.softmax), (fae.log_softmax, log_softmax_ref, torch.log_softmax))
+# kind=resident,rows=8,chunks=2: rows of 2 x 64 KB, 8 a group of 2 blocks (1 and 3 groups), each block a chunk of 8 rows
+for dtype in (torch.bfloat16, torch.float16):
+    for shape in ((8, 65536), (24, 65536)):
+        x = t.make_input(shape, dtype, "cuda")
+        for op, ref, base in ops:
+            t.poison("cuda", x.numel() * x.element_size())
+            t.check_against_reference(op(x, -1), ref(x, -1), base(x, -1), dtype, op.__name__ + str(shape))
+    x = t.special_rows(65536, dtype, "cuda")
+    x = torch.cat([x, x[:3]])  # 16 rows, two groups: special values in every team's row
+    for op, ref, base in ops:
+        t.assert_special_match(op(x, -1), base(x, -1), ref(x, -1), op.__name__ + " special values")
+print("checked")
+"""
+
+
+@pytest.mark.cuda
+@requires_cuda
+def test_forced_resident_split_teams_cuda():
+    # Teams of 8 over split rows (chunks > 1): block b of a group holds chunk b % chunks of the group's 8 rows, one a
+    # team, and each team exchanges its row's (m, d) with the other blocks of its group; forced on 16-bit rows of two
+    # 64 KB chunks, special values included.
+    if torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("the resident kernel needs sm_90")
+    child = run_in_fresh_python(SPLIT_TEAMS_CHECK, timeout=None, FAE_SOFTMAX_CONFIG="kind=resident,rows=8,chunks=2")
+    assert child.returncode == 0 and "checked" in child.stdout, child.stderr[-3000:]
+
+
 def _resident_shapes(dtype=torch.bfloat16):
     # {shape: the plan "auto" takes on sm_90 parts of >= 100 SMs}, for test_resident_whole_rows_cuda and
     # test_resident_routing_cuda; teams (rows=2, 4, 8) or sms / rows chunks (rows=0).
@@ -913,6 +946,8 @@ def _resident_shapes(dtype=torch.bfloat16):
     waves += ((sms + 1, 151937), (3 * sms - 5, 262143), (2 * sms + 3, 50257), (2 * sms + 3, 41001))
     plans = {shape: f"chunks=1,.*rows={t}" for shape, t in teams.items()}
     plans.update({(r, c): f"chunks={sms // r},.*rows=0" for r, c in chunks})
+    # split rows of exactly 512 KB items, 8 or 16 rows: teams of 8 over them (resident_split_teams), 8 x the chunks
+    plans.update({(r, sms // r * 262144): f"chunks={8 * (sms // r)},.*rows=8" for r in (8, 16)})
     plans.update({shape: "chunks=1,.*rows=0" for shape in waves})
     return plans
 
@@ -1028,7 +1063,14 @@ def test_dual_unaligned_routing_cuda():
 @pytest.mark.parametrize("config, code, message", [
     ("kind=resident,rows=3", "torch.randn(64, 4096, device='cuda', dtype=torch.bfloat16)", "rows must be"),
     ("kind=resident,rows=8", "torch.randn(64, 40000, device='cuda', dtype=torch.bfloat16)", "512 KB / rows"),
-    ("kind=resident,rows=2,chunks=2", "torch.randn(64, 4096, device='cuda', dtype=torch.bfloat16)", "whole rows"),
+    ("kind=resident,rows=2,chunks=2", "torch.randn(64, 4096, device='cuda', dtype=torch.bfloat16)",
+     "teams over split rows"),
+    ("kind=resident,rows=8,chunks=2", "torch.randn(12, 65536, device='cuda', dtype=torch.bfloat16)",
+     "teams over split rows"),
+    ("kind=resident,rows=8,chunks=2", "torch.randn(8, 32768, device='cuda', dtype=torch.float32)",
+     "teams over split rows"),
+    ("kind=resident,rows=8,chunks=4", "torch.randn(8 * 1000, 131072, device='cuda', dtype=torch.bfloat16)",
+     "more blocks than SMs"),
     ("kind=resident", "torch.randn(64, 4096, device='cuda', dtype=torch.float64)", "16-bit or fp32"),
     ("kind=resident,chunks=2", "torch.randn(200, 4096, device='cuda', dtype=torch.bfloat16)", "more items than SMs"),
     ("kind=resident,chunks=1", "torch.randn(2, 1_048_576, device='cuda', dtype=torch.bfloat16)",

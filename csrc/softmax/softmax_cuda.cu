@@ -357,6 +357,19 @@ template <typename T> int64_t resident_chunks(const RowsShape& s) {
   return item_bytes >= (chunks == 1 ? min_whole_row_bytes : kResidentMinChunkBytes) ? chunks : 0;
 }
 
+// Whether split rows of exactly 512 KB items (16-bit, 8 rows at a time) run as teams of 8 over them: each block holds
+// a 64 KB chunk of 8 rows, one a team, so that within an SM the first teams store while the last ones still read (as
+// whole rows 8 a block do) and a row's exchange waits behind the other teams' reads rather than with the SM idle.
+// H200, bf16, us cold / streamed, one item a block -> teams, three rounds alternating (NOTES "s77 call 5"): 8x4194304
+// 40.9-41.0 / 42.0-42.3 -> 40.0-40.1 / 42.0-42.2, 64x524288 41.2-41.5 / 41.6-41.8 -> 39.7-39.8 / 40.9-41.1; 16x2097152
+// 40.8-41.1 / 42.0-42.1 -> 40.0-40.2 / 40.9-41.1 ("s77 call 4"). Not for whole rows of 512 KB (128x262144 as 8 chunks
+// of 64 KB: 38.3-38.7 / 40.9-41.2 against 38.9 / 39.9-40.1), nor with teams of 4 or 2
+// (1.3-3 us behind 8, "s77 call 2").
+template <typename T> bool resident_split_teams(const RowsShape& s, int64_t chunks) {
+  return sizeof(T) == 2 && chunks > 1 && s.aligned && s.resident_teams_fit && s.rows % 8 == 0 &&
+         s.len % (8 * chunks) == 0 && s.len / (8 * chunks) * int64_t(sizeof(T)) * 8 == kResidentMaxItemBytes;
+}
+
 // The whole rows per block (teams) "auto" takes the resident kernel with, or 0: 16-bit rows that fill a team's
 // registers and shared memory, 384-512 KB / teams (2, 4 or 8 teams: rows of 96-128, 48-64 or 24-32 K elements), whose
 // blocks fill at least kResidentMinFill of one wave, or several waves (as resident_chunks' whole rows; beyond one
@@ -586,6 +599,10 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
     if (resident_items > 0 && !(dual_over_resident && dual_items > 0)) {
       plan.kind = RowsKind::Resident;
       plan.chunks = static_cast<int>(resident_items);
+      if (resident_split_teams<T>(s, resident_items)) {
+        plan.rows = 8;
+        plan.chunks = static_cast<int>(8 * resident_items);
+      }
       return plan;
     }
     if (dual_items > 0) {
@@ -897,12 +914,23 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
     if constexpr (sizeof(T) == 2 || std::is_same_v<T, float>) {
       if (plan.rows > 1) {
         if (plan.rows != 2 && plan.rows != 4 && plan.rows != 8) fail("rows must be 0, 1, 2, 4 or 8");
-        if (plan.chunks > 1) fail("rows > 1 holds whole rows: chunks must be 0 or 1");
-        if (plan.rows * s.row_bytes > kResidentMaxItemBytes) fail("rows of more than 512 KB / rows");
         if (!s.aligned) fail("rows > 1 needs 16-byte aligned rows");
-        PipeParams<T> pp{x, y, s.rows, s.len, s.len, 1, 0, 0, p.output, {}};
+        const int chunks = std::max(plan.chunks, 1);
+        // Teams over split rows (resident_split_teams): 8 rows a group of `chunks` blocks, one 64 KB chunk of each
+        // a block, all blocks co-resident.
+        if (chunks > 1) {
+          if (plan.rows != 8 || sizeof(T) != 2 || s.rows % 8 != 0 || s.len % chunks != 0 ||
+              s.len / chunks * int64_t(sizeof(T)) * 8 != kResidentMaxItemBytes) {
+            fail("rows > 1 with chunks > 1 (teams over split rows) needs rows=8, 16-bit rows, a multiple of 8 of "
+                 "them, and chunks of exactly 512 KB / 8");
+          }
+          if (s.rows / 8 * chunks > s.sms) fail("split rows with more blocks than SMs (co-resident)");
+        }
+        if (plan.rows * (s.row_bytes / chunks) > kResidentMaxItemBytes) fail("rows of more than 512 KB / rows");
+        PipeParams<T> pp{x, y, s.rows, s.len, s.len / chunks, chunks, 0, 0, p.output, {}};
         pp.teams = plan.rows;
         if (resident_rows_blocks_per_sm<T>(pp) < 1) fail("the block cannot be resident");
+        const auto work = split_workspace<T>(pp, p.x, s.rows, chunks, stream);
         launch_resident_rows<T>(pp, stream);
         return;
       }

@@ -199,7 +199,9 @@ template <typename T> void launch_dual_rows(const PipeParams<T>& p, int grid, cu
 // threads per item (row * chunks + chunk, chunk_elems of at most kResidentMaxItemBytes), one per SM; split rows (chunks
 // > 1) all resident at once (grid = rows * chunks <= SMs, a cooperative launch), whole rows wave after wave. With teams
 // > 1 (2, 4 or 8; chunks == 1, chunk_elems == len): `teams` whole rows of at most kResidentMaxItemBytes / teams a
-// block, grid = ceil(rows / teams). piece_elems and ring_pieces unused.
+// block, grid = ceil(rows / teams); or teams == 8 over split rows (16-bit, chunks > 1, chunk_elems of exactly
+// kResidentMaxItemBytes / 8, rows a multiple of 8): a chunk of 8 rows a block, grid = rows / 8 * chunks <= SMs, a
+// cooperative launch. piece_elems and ring_pieces unused.
 constexpr int64_t kResidentMaxItemBytes = 512 * 1024;
 constexpr size_t kResidentMaxSmemBytes = 224 * 1024;  // the longest item's shared-memory part
 // An item's register and shared-memory parts (the rest goes through L2); a team's row is 1 / teams of it.

@@ -113,7 +113,7 @@ template <typename T> void launch_resident_rows(const PipeParams<T>& p, cudaStre
   const auto kernel = resident_kernel_for(p);
   const size_t smem = resident_smem_bytes(p);
   allow_dynamic_smem(kernel, smem);
-  const int64_t items = p.teams > 1 ? (p.rows + p.teams - 1) / p.teams : p.rows * p.chunks;
+  const int64_t items = p.teams > 1 ? (p.rows + p.teams - 1) / p.teams * p.chunks : p.rows * p.chunks;
   // Split rows exchange their (m, d) between co-resident blocks; whole rows need no other block and may take
   // several waves.
   const LaunchKind kind = p.chunks > 1 ? LaunchKind::Cooperative : LaunchKind::Plain;

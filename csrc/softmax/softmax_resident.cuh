@@ -198,10 +198,32 @@ __device__ __forceinline__ OnlineState<float> reduce_team_state(OnlineState<floa
   return acc;
 }
 
+// A team's split row (chunks > 1, item = row * chunks + chunk): the team's first warp publishes the team's (m, d)
+// and merges the row's published partials (merge_published: every block of the row merges the same values in the
+// same order, bitwise-identical statistics), handing the result to the team's other warps through team_rows.
+template <int kTeams>
+__device__ __forceinline__ OnlineState<float> exchange_team_state(const RowExchange& ex, int chunks, int64_t row,
+                                                                  int64_t item, OnlineState<float> v,
+                                                                  OnlineState<float>* team_rows) {
+  constexpr int kTeamWarps = kWarps / kTeams;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, team = warp / kTeamWarps;
+  if (warp == team * kTeamWarps) {
+    if (lane == 0) {
+      store_relaxed_pair(ex.partials + 2 * item, uint64_t(ex.tag) << 32 | __float_as_uint(v.m),
+                         uint64_t(~ex.tag) << 32 | __float_as_uint(v.d));
+    }
+    const OnlineState<float> acc = merge_published<float>(ex.partials + 2 * row * chunks, chunks, 0, 1, lane, ex.tag);
+    const OnlineState<float> merged = warp_allreduce(acc, ItemMergeOp<false>{});
+    if (lane == 0) team_rows[team] = merged;
+  }
+  named_barrier_sync(1 + team, kThreads / kTeams);
+  return team_rows[team];
+}
+
 #endif
 
-// Shape: grid = rows * p.chunks items, or ceil(rows / kTeams) for kTeams > 1 (one block per SM; split rows all
-// resident, a cooperative launch; whole rows wave after wave, a plain launch), block b = item b, kThreads
+// Shape: grid = rows * p.chunks items, or ceil(rows / kTeams) * p.chunks for kTeams > 1 (one block per SM; split
+// rows all resident, a cooperative launch; whole rows wave after wave, a plain launch), block b = item b, kThreads
 // threads, dynamic shared memory: the item's pieces (kMaxPieces at most per team).
 // Item of nvec vectors: [0, R) registers (thread t: vectors s * kThreads + t), [R, R + S) shared memory (piece k:
 // vectors R + k * kPieceVecs, ...), [R + S, nvec) L2 (thread t: vectors R + S + i * kThreads + t). With kTeams > 1
@@ -218,19 +240,19 @@ __device__ __forceinline__ OnlineState<float> reduce_team_state(OnlineState<floa
 // rounds alternating through the op, NOTES "s56 call 1").
 // kTeams > 1: whole rows (p.chunks == 1), kTeams of them a block: team j (threads [j, j + 1) * kThreads / kTeams) holds
 // row b * kTeams + j as the block above holds an item, every size divided by kTeams (pieces of kPieceBytes / kTeams, at
-// most 512 KB / kTeams a row), with its own barriers, pieces and statistics and no exchange. Why: whole rows of 64-256
-// KB otherwise run on the pipelined kernel, whose SMs fold and store in the same phases (bf16 1024x32768 43 us on the
-// H200 against 38.7 for the same bytes as 128 rows of 512 KB here), and per-row bookkeeping inside one item's layout
-// cost 1.5x the instructions (NOTES "s64 call 5"); a team runs the single-row code. A team past the last row (rows not
-// a multiple of kTeams) returns at once. The teams start one after another (team j's loads once team j - 1's piece
-// kTeamStaggerPiece has landed) and meet only at barriers of their own, so that within an SM the first teams store
-// while the last ones still read, where teams that read, folded and turned to storing together left DRAM idle at the
-// turn. H200, bf16, us cold / streamed, block barrier -> team barriers -> piece 4 too (NOTES "s73 call 4"):
-// 1024x32768 40.7 / 40.9 -> 39.8 / 40.4 -> 36.7 / 39.8, 1024x32000 42.1 / 42.6 -> 42.5 / 41.7 -> 38.7 / 40.3, 512x65536
-// 40.3 / 41.1 -> 39.7 / 40.6 -> 38.0 / 40.2, 256x131072 40.1 / 40.6 -> 39.7 / 40.4 -> 39.4 / 40.9, 1056x65536 81.7 /
-// 82.1 -> 80.2 / 80.2 -> 78.1 / 78.4; waiting for piece 0 or 13 instead ran within ~1 us of it, and two chains of
-// kTeams / 2 teams 1.5-2.5 us behind one ("s73 call 6"). In phase B teams of 4 and 8 (OnChip, Whole) store their
-// shared-memory part with the warps of the teams that have finished (kHelp below).
+// most 512 KB / kTeams a row), with its own barriers, pieces and statistics and no exchange (split rows' teams:
+// kSplitTeams). Why: whole rows of 64-256 KB otherwise run on the pipelined kernel, whose SMs fold and store in the
+// same phases (bf16 1024x32768 43 us on the H200 against 38.7 for the same bytes as 128 rows of 512 KB here), and
+// per-row bookkeeping inside one item's layout cost 1.5x the instructions (NOTES "s64 call 5"); a team runs the
+// single-row code. A team past the last row (rows not a multiple of kTeams) returns at once. The teams start one after
+// another (team j's loads once team j - 1's piece kTeamStaggerPiece has landed) and meet only at barriers of their own,
+// so that within an SM the first teams store while the last ones still read, where teams that read, folded and turned
+// to storing together left DRAM idle at the turn. H200, bf16, us cold / streamed, block barrier -> team barriers ->
+// piece 4 too (NOTES "s73 call 4"): 1024x32768 40.7 / 40.9 -> 39.8 / 40.4 -> 36.7 / 39.8, 1024x32000 42.1 / 42.6 ->
+// 42.5 / 41.7 -> 38.7 / 40.3, 512x65536 40.3 / 41.1 -> 39.7 / 40.6 -> 38.0 / 40.2, 256x131072 40.1 / 40.6 -> 39.7 /
+// 40.4 -> 39.4 / 40.9, 1056x65536 81.7 / 82.1 -> 80.2 / 80.2 -> 78.1 / 78.4; waiting for piece 0 or 13 instead ran
+// within ~1 us of it, and two chains of kTeams / 2 teams 1.5-2.5 us behind one ("s73 call 6"). In phase B teams of 4
+// and 8 (OnChip, Whole) store their shared-memory part with the warps of the teams that have finished (kHelp below).
 template <typename T, bool kSoftmax, ItemFill kFill, int kTeams = 1>
 __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(const PipeParams<T> p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -255,6 +277,7 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
   __shared__ OnlineState<float> team_stats[kTeams];  // kHelp: each team's row statistics, published by its thread 0
   __shared__ uint64_t team_stats_bars[kTeams];       // and the barrier their publication completes
   __shared__ int team_claims[kTeams];                // the team's shared-memory pieces claimed so far
+  __shared__ OnlineState<float> team_rows[kTeams];   // split rows: each team's row statistics after the exchange
   const int t = threadIdx.x % kTeamThreads;
   const int team = threadIdx.x / kTeamThreads;
   // Each team's pieces are sized for a whole row (the host's resident_smem_bytes), a team's after the one before.
@@ -266,7 +289,16 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
   uint4* const held = block_held + team * ((row_smem_vecs + kTeamPieceVecs - 1) / kTeamPieceVecs * kTeamPieceVecs);
   uint64_t* const bars = block_bars + team * kMaxPieces;
   const int64_t item = blockIdx.x;
-  const RowChunk span(kTeams > 1 ? item * kTeams + team : item, p.chunks, p.chunk_elems, p.len);
+  // Teams over split rows (chunks > 1; 16-bit Whole items, 8 teams): the blocks of a group of `chunks` blocks hold
+  // chunk (block % chunks) of the group's 8 rows, team j that of row j, so that each row's chunks are read, exchanged
+  // and stored at the same stagger position in every block of its group. (Only there: the code made ptxas spill more
+  // in every team instantiation, 16 B in this one, whose 1024x32768 did not move.)
+  constexpr bool kSplitTeams = kWhole && kTeams == 8 && sizeof(T) == 2;
+  const auto team_item = [&](int j) {
+    return !kSplitTeams || p.chunks == 1 ? item * kTeams + j
+                                         : (item / p.chunks * kTeams + j) * p.chunks + item % p.chunks;
+  };
+  const RowChunk span(kTeams > 1 ? team_item(team) : item, p.chunks, p.chunk_elems, p.len);
   // kShifted: the item's 16-byte vectors on the memory's grid (pipe::ItemVectors): [iv.lo, iv.hi) lie wholly in the
   // item and take the parts below; the edges, a vector the item shares with its neighbours (an unaligned row: odd
   // length or base off the grid, the output on the input's grid), are thread 0's, element by element.
@@ -413,6 +445,9 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
     row_state = reduce_item_state<kFast>(p.exchange, p.chunks, span.row, item, st, scratch);
   } else {
     row_state = reduce_team_state<kTeams, kFast>(st, scratch);
+    if (kSplitTeams && p.chunks > 1) {
+      row_state = exchange_team_state<kTeams>(p.exchange, p.chunks, span.row, team_item(team), row_state, team_rows);
+    }
     if (kHelp && t == 0) {
       team_stats[team] = row_state;
       mbarrier_arrive(team_stats_bars + team);
@@ -459,9 +494,13 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
     // 512x65536 37.6 -> 36.9-37.6 (streamed 39.9-40.0 -> 39.2-39.3); fp16 1024x32768 36.6-36.7 -> 35.7-35.9.
     const int lane = threadIdx.x & 31;
     const auto store_pieces = [&](int j, const auto& term_j) {
-      // (From the block's item, not as offsets from this team's y and held: that form made ptxas spill 24 bytes in
-      // the bf16 Whole kernel of 8 teams, spill-free here; checked in a local sm_90a build.)
-      uint4* const yj = reinterpret_cast<uint4*>(p.y + (item * kTeams + j) * p.len) + reg_vecs;
+      // (From the block's item, not as offsets from this team's y and held: that form made ptxas spill 24 more bytes
+      // in the bf16 Whole kernel of 8 teams; checked in a local sm_90a build.)
+      const int64_t item_j = team_item(j);
+      T* const yj_first = kSplitTeams && p.chunks > 1
+                              ? p.y + item_j / p.chunks * p.len + item_j % p.chunks * p.chunk_elems
+                              : p.y + item_j * p.len;
+      uint4* const yj = reinterpret_cast<uint4*>(yj_first) + reg_vecs;
       const uint4* const hj = block_held + j * (kMaxPieces * kTeamPieceVecs);
 #pragma unroll 1
       for (;;) {

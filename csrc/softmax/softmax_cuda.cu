@@ -979,7 +979,7 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
 
 // Which sm_90 kernel families have their bodies on the current device (pipe_supported, dual_supported,
 // resident_supported) and whether the resident ones fit its opt-in shared memory (resident_fits: the static arrays
-// of 8 teams' kernels are 2432 B in the sm_90a build, and an H100's or H200's opt-in leaves 3072 B beside the
+// of 8 teams' kernels are 2432-2560 B in the sm_90a build, and an H100's or H200's opt-in leaves 3072 B beside the
 // longest item's 224 KB), asked once per device and dtype. Why: each family's check is one memoized lookup (a lock
 // and a map search) per kernel, 25 of them, and every row call needs the answer, short rows included.
 constexpr uint8_t kAskedFamilies = 1, kPipeFamily = 2, kDualFamily = 4, kResidentFamily = 8, kResidentFits = 16,

@@ -156,10 +156,7 @@ __device__ __forceinline__ OnlineState<float> reduce_item_state(const RowExchang
   if (warp == kWarps - 1) {
     v = warp_allreduce(lane < kWarps ? scratch[lane] : empty_state<float>(), ItemMergeOp<kFast>{});
     if (chunks > 1) {
-      if (lane == 0) {
-        store_relaxed_pair(ex.partials + 2 * item, uint64_t(ex.tag) << 32 | __float_as_uint(v.m),
-                           uint64_t(~ex.tag) << 32 | __float_as_uint(v.d));
-      }
+      if (lane == 0) publish_partial(ex, item, v);
       OnlineState<float> acc = empty_state<float>();
 #pragma unroll 1
       for (int c = lane; c < chunks; c += 32) {
@@ -208,10 +205,7 @@ __device__ __forceinline__ OnlineState<float> exchange_team_state(const RowExcha
   constexpr int kTeamWarps = kWarps / kTeams;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, team = warp / kTeamWarps;
   if (warp == team * kTeamWarps) {
-    if (lane == 0) {
-      store_relaxed_pair(ex.partials + 2 * item, uint64_t(ex.tag) << 32 | __float_as_uint(v.m),
-                         uint64_t(~ex.tag) << 32 | __float_as_uint(v.d));
-    }
+    if (lane == 0) publish_partial(ex, item, v);
     const OnlineState<float> acc = merge_published<float>(ex.partials + 2 * row * chunks, chunks, 0, 1, lane, ex.tag);
     const OnlineState<float> merged = warp_allreduce(acc, ItemMergeOp<false>{});
     if (lane == 0) team_rows[team] = merged;

@@ -24,6 +24,11 @@ __device__ __forceinline__ void store_relaxed_pair(uint64_t* p, uint64_t a, uint
 __device__ __forceinline__ void load_relaxed_pair(const uint64_t* p, uint64_t& a, uint64_t& b) {
   asm volatile("ld.relaxed.gpu.global.v2.b64 {%0, %1}, [%2];\n" : "=l"(a), "=l"(b) : "l"(p) : "memory");
 }
+// Publishes item's (m, d) for this launch: the two words tagged as merge_published polls for them.
+__device__ __forceinline__ void publish_partial(const RowExchange& ex, int64_t item, OnlineState<float> v) {
+  store_relaxed_pair(ex.partials + 2 * item, uint64_t(ex.tag) << 32 | __float_as_uint(v.m),
+                     uint64_t(~ex.tag) << 32 | __float_as_uint(v.d));
+}
 
 // Double accumulators: a 128-bit partial leaves no room for a tag, so a counter per row orders it: release
 // increment and acquire load (gpu scope), which order this thread's partial stores before the increment
@@ -106,10 +111,7 @@ __device__ __forceinline__ OnlineState<A> reduce_row_state(const RowExchange& ex
     if (warp == warps - 1) {
       v = warp_allreduce(lane < warps ? scratch[lane] : empty_state<A>(), MergeOp{});
       if (chunks == 1 && lane == 0) scratch[32] = v;
-      if (chunks > 1 && lane == 31) {
-        store_relaxed_pair(ex.partials + 2 * item, uint64_t(ex.tag) << 32 | __float_as_uint(v.m),
-                           uint64_t(~ex.tag) << 32 | __float_as_uint(v.d));
-      }
+      if (chunks > 1 && lane == 31) publish_partial(ex, item, v);
     }
     const int poller = warps - 1 - warp;  // the publishing warp polls too, after its publish
     if (poller < pollers) {

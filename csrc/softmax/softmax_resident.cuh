@@ -195,23 +195,27 @@ __device__ __forceinline__ OnlineState<float> reduce_team_state(OnlineState<floa
   return acc;
 }
 
-// A team's split row (chunks > 1, item = row * chunks + chunk): the team's first warp publishes the team's (m, d)
-// and merges the row's published partials (merge_published: every block of the row merges the same values in the
-// same order, bitwise-identical statistics), handing the result to the team's other warps through team_rows.
+// A team's split row (chunks > 1, item = row * chunks + chunk): the team's first warp publishes the team's (m, d);
+// each of the team's warps merges its share of the row's published partials (warp w of the team: chunks w * 32 +
+// lane, stride kTeamWarps * 32, merge_published), and every thread merges the warps' results in warp order, so
+// every block of the row normalizes with bitwise-identical statistics. team_partials: kWarps states.
 template <int kTeams>
 __device__ __forceinline__ OnlineState<float> exchange_team_state(const RowExchange& ex, int chunks, int64_t row,
                                                                   int64_t item, OnlineState<float> v,
-                                                                  OnlineState<float>* team_rows) {
+                                                                  OnlineState<float>* team_partials) {
   constexpr int kTeamWarps = kWarps / kTeams;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, team = warp / kTeamWarps;
-  if (warp == team * kTeamWarps) {
-    if (lane == 0) publish_partial(ex, item, v);
-    const OnlineState<float> acc = merge_published<float>(ex.partials + 2 * row * chunks, chunks, 0, 1, lane, ex.tag);
-    const OnlineState<float> merged = warp_allreduce(acc, ItemMergeOp<false>{});
-    if (lane == 0) team_rows[team] = merged;
-  }
+  const int team_warp = warp - team * kTeamWarps;
+  if (team_warp == 0 && lane == 0) publish_partial(ex, item, v);
+  const OnlineState<float> acc =
+      merge_published<float>(ex.partials + 2 * row * chunks, chunks, team_warp, kTeamWarps, lane, ex.tag);
+  const OnlineState<float> merged = warp_allreduce(acc, ItemMergeOp<false>{});
+  if (lane == 0) team_partials[warp] = merged;
   named_barrier_sync(1 + team, kThreads / kTeams);
-  return team_rows[team];
+  OnlineState<float> row_state = team_partials[team * kTeamWarps];
+#pragma unroll
+  for (int w = 1; w < kTeamWarps; ++w) row_state = merge<float>(row_state, team_partials[team * kTeamWarps + w]);
+  return row_state;
 }
 
 #endif
@@ -271,7 +275,7 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
   __shared__ OnlineState<float> team_stats[kTeams];  // kHelp: each team's row statistics, published by its thread 0
   __shared__ uint64_t team_stats_bars[kTeams];       // and the barrier their publication completes
   __shared__ int team_claims[kTeams];                // the team's shared-memory pieces claimed so far
-  __shared__ OnlineState<float> team_rows[kTeams];   // split rows: each team's row statistics after the exchange
+  __shared__ OnlineState<float> team_partials[kWarps];  // split rows: each warp's merge of its row's partials
   const int t = threadIdx.x % kTeamThreads;
   const int team = threadIdx.x / kTeamThreads;
   // Each team's pieces are sized for a whole row (the host's resident_smem_bytes), a team's after the one before.
@@ -440,7 +444,8 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
   } else {
     row_state = reduce_team_state<kTeams, kFast>(st, scratch);
     if (kSplitTeams && p.chunks > 1) {
-      row_state = exchange_team_state<kTeams>(p.exchange, p.chunks, span.row, team_item(team), row_state, team_rows);
+      row_state = exchange_team_state<kTeams>(p.exchange, p.chunks, span.row, team_item(team), row_state,
+                                              team_partials);
     }
     if (kHelp && t == 0) {
       team_stats[team] = row_state;

@@ -1069,7 +1069,7 @@ def test_dual_unaligned_routing_cuda():
      "teams over split rows"),
     ("kind=resident,rows=8,chunks=2", "torch.randn(8, 32768, device='cuda', dtype=torch.float32)",
      "teams over split rows"),
-    ("kind=resident,rows=8,chunks=4", "torch.randn(8 * 1000, 131072, device='cuda', dtype=torch.bfloat16)",
+    ("kind=resident,rows=8,chunks=4", "torch.randn(8 * 64, 131072, device='cuda', dtype=torch.bfloat16)",
      "more blocks than SMs"),
     ("kind=resident", "torch.randn(64, 4096, device='cuda', dtype=torch.float64)", "16-bit or fp32"),
     ("kind=resident,chunks=2", "torch.randn(200, 4096, device='cuda', dtype=torch.bfloat16)", "more items than SMs"),

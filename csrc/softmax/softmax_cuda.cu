@@ -357,6 +357,13 @@ template <typename T> int64_t resident_chunks(const RowsShape& s) {
   return item_bytes >= (chunks == 1 ? min_whole_row_bytes : kResidentMinChunkBytes) ? chunks : 0;
 }
 
+// The layout of teams over split rows: a group of block_chunks blocks over 8 rows, each block one chunk of all 8
+// (16-bit rows, a multiple of 8 of them, cut into chunks of exactly 512 KB / 8: the kernel's one such instantiation).
+template <typename T> bool split_teams_layout(const RowsShape& s, int64_t block_chunks) {
+  return sizeof(T) == 2 && s.rows % 8 == 0 && s.len % block_chunks == 0 &&
+         s.len / block_chunks * int64_t(sizeof(T)) * 8 == kResidentMaxItemBytes;
+}
+
 // Whether split rows of exactly 512 KB items (16-bit, 8 rows at a time) run as teams of 8 over them: each block holds
 // a 64 KB chunk of 8 rows, one a team, so that within an SM the first teams store while the last ones still read (as
 // whole rows 8 a block do) and a row's exchange waits behind the other teams' reads rather than with the SM idle.
@@ -366,8 +373,7 @@ template <typename T> int64_t resident_chunks(const RowsShape& s) {
 // of 64 KB: 38.3-38.7 / 40.9-41.2 against 38.9 / 39.9-40.1), nor with teams of 4 or 2
 // (1.3-3 us behind 8, "s77 call 2").
 template <typename T> bool resident_split_teams(const RowsShape& s, int64_t chunks) {
-  return sizeof(T) == 2 && chunks > 1 && s.aligned && s.resident_teams_fit && s.rows % 8 == 0 &&
-         s.len % (8 * chunks) == 0 && s.len / (8 * chunks) * int64_t(sizeof(T)) * 8 == kResidentMaxItemBytes;
+  return chunks > 1 && s.aligned && s.resident_teams_fit && split_teams_layout<T>(s, 8 * chunks);
 }
 
 // The whole rows per block (teams) "auto" takes the resident kernel with, or 0: 16-bit rows that fill a team's
@@ -919,8 +925,7 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
         // Teams over split rows (resident_split_teams): 8 rows a group of `chunks` blocks, one 64 KB chunk of each
         // a block, all blocks co-resident.
         if (chunks > 1) {
-          if (plan.rows != 8 || sizeof(T) != 2 || s.rows % 8 != 0 || s.len % chunks != 0 ||
-              s.len / chunks * int64_t(sizeof(T)) * 8 != kResidentMaxItemBytes) {
+          if (plan.rows != 8 || !split_teams_layout<T>(s, chunks)) {
             fail("rows > 1 with chunks > 1 (teams over split rows) needs rows=8, 16-bit rows, a multiple of 8 of "
                  "them, and chunks of exactly 512 KB / 8");
           }

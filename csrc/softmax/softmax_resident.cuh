@@ -231,7 +231,8 @@ __device__ __forceinline__ OnlineState<float> exchange_team_state(const RowExcha
 // the next shared-memory pieces are folded. Why: folded after the L2 part, the pieces had all landed and their
 // exponentials ran with DRAM idle (bf16 128x262144 53.0 -> 50.9 us streamed, NOTES "s55 call 3").
 // Phase B order: the L2 part first (before the other stores evict it: 53.2 against 58.0-60.2 us with it second or
-// last, "s55 call 1"), its first vectors loaded before the row exchange; then registers, then shared memory.
+// last, "s55 call 1"), its first vectors loaded before the row exchange; then registers, then shared memory (kHelp
+// teams: a unit of the L2 part a warp, registers, then claimed units and pieces; see below).
 // kFill == Whole: every item is exactly kResidentMaxItemBytes (the host checks), so the parts' sizes are constants and
 // no vector needs a bound: bf16 softmax 3392 SASS instructions and 71 branches against 3896 and 100; streamed
 // 128x262144 50.1 -> 49.7 us, 64x524288 51.9 -> 51.5, cold 48.2 -> 47.5; 8x4194304 and 4x8388608 level (H100, two
@@ -250,7 +251,8 @@ __device__ __forceinline__ OnlineState<float> exchange_team_state(const RowExcha
 // 42.5 / 41.7 -> 38.7 / 40.3, 512x65536 40.3 / 41.1 -> 39.7 / 40.6 -> 38.0 / 40.2, 256x131072 40.1 / 40.6 -> 39.7 /
 // 40.4 -> 39.4 / 40.9, 1056x65536 81.7 / 82.1 -> 80.2 / 80.2 -> 78.1 / 78.4; waiting for piece 0 or 13 instead ran
 // within ~1 us of it, and two chains of kTeams / 2 teams 1.5-2.5 us behind one ("s73 call 6"). In phase B teams of 4
-// and 8 (OnChip, Whole) store their shared-memory part with the warps of the teams that have finished (kHelp below).
+// and 8 (OnChip, Whole) store their L2 and shared-memory parts with the warps of the teams that have finished (kHelp
+// below).
 template <typename T, bool kSoftmax, ItemFill kFill, int kTeams = 1>
 __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(const PipeParams<T> p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -275,6 +277,7 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
   __shared__ OnlineState<float> team_stats[kTeams];  // kHelp: each team's row statistics, published by its thread 0
   __shared__ uint64_t team_stats_bars[kTeams];       // and the barrier their publication completes
   __shared__ int team_claims[kTeams];                // the team's shared-memory pieces claimed so far
+  __shared__ int64_t team_first[kTeams];             // kHelp: the element offset of each team's row (chunk)
   __shared__ OnlineState<float> team_partials[kWarps];  // split rows: each warp's merge of its row's partials
   const int t = threadIdx.x % kTeamThreads;
   const int team = threadIdx.x / kTeamThreads;
@@ -290,7 +293,8 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
   // Teams over split rows (chunks > 1; 16-bit Whole items, 8 teams): the blocks of a group of `chunks` blocks hold
   // chunk (block % chunks) of the group's 8 rows, team j that of row j, so that each row's chunks are read, exchanged
   // and stored at the same stagger position in every block of its group. (Only there: the code made ptxas spill more
-  // in every team instantiation, 16 B in this one, whose 1024x32768 did not move.)
+  // in every team instantiation, 16 B in this one, whose 1024x32768 did not move; bf16 8 B since the helpers read
+  // the teams' offsets from team_first.)
   constexpr bool kSplitTeams = kWhole && kTeams == 8 && sizeof(T) == 2;
   const auto team_item = [&](int j) {
     return !kSplitTeams || p.chunks == 1 ? item * kTeams + j
@@ -318,6 +322,7 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
     if (kHelp) {
       mbarrier_init(team_stats_bars + team, 1);
       team_claims[team] = 0;
+      team_first[team] = span.row * p.len + span.begin;
     }
     mbarrier_init_fence();
   }
@@ -432,11 +437,37 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
 #pragma unroll 1
   while (piece < pieces) fold_pieces(piece++, OnePiece{});
 
-  uint4 next[kStoreDepth];  // the store pass's first L2 vectors, in flight through the exchange
+  // kHelp: a team's L2 part is stored in units of kStoreDepth vectors a lane of one warp (unit k: vectors k * kUnitVecs
+  // + i * 32 + lane), claimed from the team's counter before its shared-memory pieces (claims [0, l2_units) are units,
+  // [l2_units, l2_units + kMaxPieces) pieces), so that the warps of teams that have finished store a later team's L2
+  // part too, not its two warps alone. Each of the team's warps claims its first unit before the exchange and has it
+  // in flight through it, then stores it, its registers, and what it claims next. Why: per-team stamps (NOTES "s78
+  // call 1") had the last team of bf16 8x4194304 ~3.4 us from its statistics to its L2 and register parts stored, the
+  // other 14 warps of the SM done. H200, us cold / streamed, three rounds against pieces-only help ("s78 call 4"):
+  // bf16 1024x32000 38.0-38.2 / 40.6-41.0 -> 35.9-36.4 / 38.8-39.2, 8x4194304 39.6-40.0 / 41.2-41.3 -> 38.9-39.2 /
+  // 40.6-40.8, 64x524288 39.7-40.0 -> 39.0-39.3, 16x2097152 38.4 -> 37.8-37.9; 1024x32768, 512x65536 level.
+  const int lane = threadIdx.x & 31;
+  constexpr int kUnitVecs = kStoreDepth * 32;
+  const int l2_units = (l2_vecs + kUnitVecs - 1) / kUnitVecs;
+  const auto load_unit = [&](uint4 (&u)[kStoreDepth], const uint4* xl_j, int k) {
 #pragma unroll
-  for (int i = 0; i < kStoreDepth; ++i) {
-    const int v = i * kTeamThreads + t;
-    if (kWhole || v < l2_vecs) next[i] = load16_policy(xl + v, evict_first);
+    for (int i = 0; i < kStoreDepth; ++i) {
+      const int v = k * kUnitVecs + i * 32 + lane;
+      if (kWhole || v < l2_vecs) u[i] = load16_policy(xl_j + v, evict_first);
+    }
+  };
+  uint4 next[kStoreDepth];  // the store pass's first L2 vectors, in flight through the exchange
+  int first_claim = 0;  // kHelp: this warp's first claim, taken before the exchange
+  if constexpr (kHelp) {
+    if (lane == 0) first_claim = atomicAdd(team_claims + team, 1);
+    first_claim = __shfl_sync(0xffffffffu, first_claim, 0);
+    if (first_claim < l2_units) load_unit(next, xl, first_claim);
+  } else {
+#pragma unroll
+    for (int i = 0; i < kStoreDepth; ++i) {
+      const int v = i * kTeamThreads + t;
+      if (kWhole || v < l2_vecs) next[i] = load16_policy(xl + v, evict_first);
+    }
   }
   OnlineState<float> row_state;
   if constexpr (kTeams == 1) {
@@ -465,17 +496,28 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
   T* const y_first = p.y + span.row * p.len + span.begin;
   uint4* y = kShifted ? reinterpret_cast<uint4*>(y_first - iv.shift) + iv.lo : reinterpret_cast<uint4*>(y_first);
   uint4* yl = y + reg_vecs + smem_vecs;
-  const int l2_rounds = (l2_vecs + kTeamThreads - 1) / kTeamThreads;
-#pragma unroll 1
-  for (int r = 0; r < l2_rounds; r += kStoreDepth) {
+  const auto store_unit = [&](uint4* yl_j, const uint4 (&u)[kStoreDepth], int k, const auto& term_j) {
 #pragma unroll
     for (int i = 0; i < kStoreDepth; ++i) {
-      const int v = (r + i) * kTeamThreads + t;
-      if (kWhole || v < l2_vecs) {
-        const uint4 o = out(next[i]);
-        const int ahead = v + kStoreDepth * kTeamThreads;
-        if (ahead < l2_vecs) next[i] = load16_policy(xl + ahead, evict_first);
-        store16_streaming(yl + v, o);
+      const int v = k * kUnitVecs + i * 32 + lane;
+      if (kWhole || v < l2_vecs) store16_streaming(yl_j + v, out_by(term_j, u[i]));
+    }
+  };
+  if constexpr (kHelp) {
+    if (first_claim < l2_units) store_unit(yl, next, first_claim, term);
+  } else {
+    const int l2_rounds = (l2_vecs + kTeamThreads - 1) / kTeamThreads;
+#pragma unroll 1
+    for (int r = 0; r < l2_rounds; r += kStoreDepth) {
+#pragma unroll
+      for (int i = 0; i < kStoreDepth; ++i) {
+        const int v = (r + i) * kTeamThreads + t;
+        if (kWhole || v < l2_vecs) {
+          const uint4 o = out(next[i]);
+          const int ahead = v + kStoreDepth * kTeamThreads;
+          if (ahead < l2_vecs) next[i] = load16_policy(xl + ahead, evict_first);
+          store16_streaming(yl + v, o);
+        }
       }
     }
   }
@@ -485,43 +527,48 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
     if (kOnChip || v < reg_vecs) store16_streaming(y + v, out(dual::opaque(raw[s])));
   }
   if constexpr (kHelp) {
-    // Team j's shared-memory pieces, a whole piece a warp, claimed from its counter by its own warps and by the
-    // warps of earlier teams that have stored their rows. Why: the teams start one after another, so the last
-    // team stored alone, 2 of an SM's 16 warps at 8 teams, and its exponentials held the call's tail (without
-    // phase B's math the kernel ran 2 us faster at bf16 1024x32768, NOTES "s75 call 4"). H200, us cold, two
-    // rounds against main ("s75 call 5"): bf16 1024x32768 36.7-36.8 -> 35.6-35.9, 1024x32000 38.8 -> 37.8-38.0,
-    // 512x65536 37.6 -> 36.9-37.6 (streamed 39.9-40.0 -> 39.2-39.3); fp16 1024x32768 36.6-36.7 -> 35.7-35.9.
-    const int lane = threadIdx.x & 31;
-    const auto store_pieces = [&](int j, const auto& term_j) {
-      // (From the block's item, not as offsets from this team's y and held: that form made ptxas spill 24 more bytes
-      // in the bf16 Whole kernel of 8 teams; checked in a local sm_90a build.)
-      const int64_t item_j = team_item(j);
-      T* const yj_first = kSplitTeams && p.chunks > 1
-                              ? p.y + item_j / p.chunks * p.len + item_j % p.chunks * p.chunk_elems
-                              : p.y + item_j * p.len;
-      uint4* const yj = reinterpret_cast<uint4*>(yj_first) + reg_vecs;
+    // Team j's L2 units and shared-memory pieces, a whole unit or piece a warp, claimed from its counter by its own
+    // warps and by the warps of earlier teams that have stored their rows. Why: the teams start one after another, so
+    // the last team stored alone, 2 of an SM's 16 warps at 8 teams, and its exponentials held the call's tail
+    // (without phase B's math the kernel ran 2 us faster at bf16 1024x32768, NOTES "s75 call 4"). H200, us cold, two
+    // rounds against main ("s75 call 5"), the pieces helped (the L2 units since s78, above): bf16 1024x32768 36.7-36.8
+    // -> 35.6-35.9, 1024x32000 38.8 -> 37.8-38.0, 512x65536 37.6 -> 36.9-37.6 (streamed 39.9-40.0 -> 39.2-39.3); fp16
+    // 1024x32768 36.6-36.7 -> 35.7-35.9.
+    const auto store_claims = [&](int j, const auto& term_j, int k) {
+      // (Team j's offset from shared memory: computed here from the block's item, the bf16 Whole kernel of 8 teams
+      // spilled 48 B, 8 B this way; as offsets from this team's y and held it had spilled 24 B more; ptxas, sm_90a.)
+      const int64_t first_j = team_first[j];
+      uint4* const yj = reinterpret_cast<uint4*>(p.y + first_j) + reg_vecs;
       const uint4* const hj = block_held + j * (kMaxPieces * kTeamPieceVecs);
 #pragma unroll 1
-      for (;;) {
-        int k = 0;
-        if (lane == 0) k = atomicAdd(team_claims + j, 1);
-        k = __shfl_sync(0xffffffffu, k, 0);
-        if (k >= kMaxPieces) break;
+      for (;; k = -1) {
+        if (k < 0) {
+          if (lane == 0) k = atomicAdd(team_claims + j, 1);
+          k = __shfl_sync(0xffffffffu, k, 0);
+        }
+        if (k >= l2_units + kMaxPieces) break;
+        if (k < l2_units) {
+          uint4 u[kStoreDepth];
+          load_unit(u, reinterpret_cast<const uint4*>(p.x + first_j) + reg_vecs + smem_vecs, k);
+          store_unit(yj + smem_vecs, u, k, term_j);
+          continue;
+        }
 #pragma unroll
         for (int i = 0; i < kTeamPieceVecs / 32; ++i) {
-          const int v = k * kTeamPieceVecs + i * 32 + lane;
+          const int v = (k - l2_units) * kTeamPieceVecs + i * 32 + lane;
           store16_streaming(yj + v, out_by(term_j, hj[v]));
         }
       }
     };
-    store_pieces(team, term);
+    // (this warp's first claim, if a piece, is taken up here: a unit was stored above)
+    store_claims(team, term, first_claim >= l2_units ? first_claim : -1);
 #pragma unroll 1
     for (int j = team + 1; j < kTeams; ++j) {
       if (!kWhole && item * kTeams + j >= p.rows) break;
       mbarrier_wait(team_stats_bars + j, 0);
       const OnlineState<float> sj = team_stats[j];
       const Epilogue<float> epi_j(p.output, sj, sj.m);
-      store_pieces(j, pipe::output_term<T, kSoftmax>(epi_j, sj.m));
+      store_claims(j, pipe::output_term<T, kSoftmax>(epi_j, sj.m), -1);
     }
   } else {
 #pragma unroll 2

@@ -854,12 +854,13 @@ from reference import softmax_ref, log_softmax_ref
 ops = ((fae.softmax, softmax_ref, torch.softmax), (fae.log_softmax, log_softmax_ref, torch.log_softmax))
 teams = int(os.environ["FAE_SOFTMAX_CONFIG"].split("rows=")[1])
 # rows a team holds in registers only (8 KB, 8 KB + 16 B: 513 vectors), into its pieces and its L2 part, at most
-# 512 KB / teams (from 384 KB / teams the instantiation bounded on the L2 part only); 3 * teams - 1 rows: a last
-# block with an idle team; 2 * teams rows of exactly 512 KB / teams: the instantiation without bounds. fp32 (forced
-# only): the same bytes.
+# 512 KB / teams (from 384 KB / teams the instantiation bounded on the L2 part only: with 8 teams 48 KB rows leave the
+# L2 part empty and 49 KB rows one unit of 64 vectors, which the team's first warp claims and its second warp a piece;
+# with 4 teams 96 and 97 KB rows alike); 3 * teams - 1 rows: a last block with an idle team; 2 * teams rows of
+# exactly 512 KB / teams: the instantiation without bounds. fp32 (forced only): the same bytes.
 for dtype in (torch.bfloat16, torch.float16, torch.float32):
     size = torch.finfo(dtype).bits // 8
-    bytes_ = (8192, 8208, 64000, 80000, 131072, 200016, 262144)
+    bytes_ = (8192, 8208, 49152, 50176, 64000, 80000, 98304, 99328, 131072, 200016, 262144)
     lengths = [b // size for b in bytes_ if b * teams <= 512 * 1024]
     for shape in [(3 * teams - 1, n) for n in lengths] + [(2 * teams, 524288 // size // teams)]:
         x = t.make_input(shape, dtype, "cuda")

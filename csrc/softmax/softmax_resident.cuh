@@ -267,16 +267,17 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
   static_assert(!kShifted || kTeams == 1, "Shifted is one item a block");
   constexpr int kTeamThreads = kThreads / kTeams;
   constexpr int kTeamPieceVecs = kPieceVecs / kTeams;  // two vectors a thread, as for one team
-  // Teams of 4 or 8 whose rows fill their shared memory store their pieces with help: a team's warps that have stored
-  // their own row go on to the later teams' rows, claiming whole pieces from the owner's counter (see below). Teams
-  // of 2 ran 0.9 us slower with it (bf16 256x131072 39.3 -> 40.2 us cold, NOTES "s75 call 5").
+  // Teams of 4 or 8 whose rows fill their shared memory store their L2 part and pieces with help: a team's warps that
+  // have stored their own row go on to the later teams' rows, claiming whole L2 units and pieces from the owner's
+  // counter (see below). Teams of 2 ran 0.9 us slower with the pieces helped (bf16 256x131072 39.3 -> 40.2 us cold,
+  // NOTES "s75 call 5").
   constexpr bool kHelp = kTeams >= 4 && kOnChip;
   extern __shared__ __align__(128) uint4 block_held[];
   __shared__ uint64_t block_bars[kMaxPieces * kTeams];
   __shared__ OnlineState<float> scratch[kRowScratch];
   __shared__ OnlineState<float> team_stats[kTeams];  // kHelp: each team's row statistics, published by its thread 0
   __shared__ uint64_t team_stats_bars[kTeams];       // and the barrier their publication completes
-  __shared__ int team_claims[kTeams];                // the team's shared-memory pieces claimed so far
+  __shared__ int team_claims[kTeams];                // kHelp: the team's L2 units and pieces claimed so far
   __shared__ int64_t team_first[kTeams];             // kHelp: the element offset of each team's row (chunk)
   __shared__ OnlineState<float> team_partials[kWarps];  // split rows: each warp's merge of its row's partials
   const int t = threadIdx.x % kTeamThreads;
@@ -440,8 +441,9 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
   // kHelp: a team's L2 part is stored in units of kStoreDepth vectors a lane of one warp (unit k: vectors k * kUnitVecs
   // + i * 32 + lane), claimed from the team's counter before its shared-memory pieces (claims [0, l2_units) are units,
   // [l2_units, l2_units + kMaxPieces) pieces), so that the warps of teams that have finished store a later team's L2
-  // part too, not its two warps alone. Each of the team's warps claims its first unit before the exchange and has it
-  // in flight through it, then stores it, its registers, and what it claims next. Why: per-team stamps (NOTES "s78
+  // part too, not its two warps alone. Each of the team's warps takes its first claim before the exchange and, if a
+  // unit (a piece where the L2 part has fewer units than the team has warps), has it in flight through it; then it
+  // stores that unit, its registers, and what it claims next. Why: per-team stamps (NOTES "s78
   // call 1") had the last team of bf16 8x4194304 ~3.4 us from its statistics to its L2 and register parts stored, the
   // other 14 warps of the SM done. H200, us cold / streamed, three rounds against pieces-only help ("s78 call 4"):
   // bf16 1024x32000 38.0-38.2 / 40.6-41.0 -> 35.9-36.4 / 38.8-39.2, 8x4194304 39.6-40.0 / 41.2-41.3 -> 38.9-39.2 /
@@ -456,7 +458,7 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
       if (kWhole || v < l2_vecs) u[i] = load16_policy(xl_j + v, evict_first);
     }
   };
-  uint4 next[kStoreDepth];  // the store pass's first L2 vectors, in flight through the exchange
+  uint4 next[kStoreDepth];  // the store pass's first L2 vectors (kHelp: this warp's first unit), through the exchange
   int first_claim = 0;  // kHelp: this warp's first claim, taken before the exchange
   if constexpr (kHelp) {
     if (lane == 0) first_claim = atomicAdd(team_claims + team, 1);
@@ -535,8 +537,8 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
     // -> 35.6-35.9, 1024x32000 38.8 -> 37.8-38.0, 512x65536 37.6 -> 36.9-37.6 (streamed 39.9-40.0 -> 39.2-39.3); fp16
     // 1024x32768 36.6-36.7 -> 35.7-35.9.
     const auto store_claims = [&](int j, const auto& term_j, int k) {
-      // (Team j's offset from shared memory: computed here from the block's item, the bf16 Whole kernel of 8 teams
-      // spilled 48 B, 8 B this way; as offsets from this team's y and held it had spilled 24 B more; ptxas, sm_90a.)
+      // (Team j's offset is read from shared memory. Computed from the block's item, the bf16 Whole kernel of 8 teams
+      // spilled 48 B, against 8 B this way; as offsets from this team's y and held, 24 B more; ptxas, sm_90a.)
       const int64_t first_j = team_first[j];
       uint4* const yj = reinterpret_cast<uint4*>(p.y + first_j) + reg_vecs;
       const uint4* const hj = block_held + j * (kMaxPieces * kTeamPieceVecs);

@@ -124,7 +124,7 @@ def _run_accuracy(device, dtype, algorithm, shape, dim, layout):
         poison(device, x.numel() * x.element_size())
         out = op(x, dim, algorithm=algorithm)
         assert out.device == x.device and out.is_contiguous()
-        check_against_reference(out, ref_fn(x, dim), torch_fn(x, dim), dtype, op.__name__)
+        check_against_reference(out, ref_fn(x, dim), torch_fn(x, dim), dtype, op.__name__ + str(tuple(shape)))
 
 
 @pytest.mark.parametrize("shape, dim, layout", _cases(CASES))
@@ -818,10 +818,7 @@ for dtype in (torch.bfloat16, torch.float16, torch.float32):
     if "chunks" in os.environ["FAE_SOFTMAX_CONFIG"]:
         shapes, odd = shapes[:3], odd[:3]
     for shape in shapes + odd:
-        x = t.make_input(shape, dtype, "cuda")
-        for op, ref, base in ops:
-            t.poison("cuda", x.numel() * x.element_size())
-            t.check_against_reference(op(x, -1), ref(x, -1), base(x, -1), dtype, op.__name__ + str(shape))
+        t._run_accuracy("cuda", dtype, "auto", shape, -1, "contiguous")
     size = torch.finfo(dtype).bits // 8
     # the second: 512 KB items, two to a row (without chunks=N); the third unaligned
     for length in (80_000 // size, 1_048_576 // size, 80_000 // size + 1):
@@ -863,10 +860,7 @@ for dtype in (torch.bfloat16, torch.float16, torch.float32):
     bytes_ = (8192, 8208, 49152, 50176, 64000, 80000, 98304, 99328, 131072, 200016, 262144)
     lengths = [b // size for b in bytes_ if b * teams <= 512 * 1024]
     for shape in [(3 * teams - 1, n) for n in lengths] + [(2 * teams, 524288 // size // teams)]:
-        x = t.make_input(shape, dtype, "cuda")
-        for op, ref, base in ops:
-            t.poison("cuda", x.numel() * x.element_size())
-            t.check_against_reference(op(x, -1), ref(x, -1), base(x, -1), dtype, op.__name__ + str(shape))
+        t._run_accuracy("cuda", dtype, "auto", shape, -1, "contiguous")
     for n in (lengths[0], lengths[-1]):
         x = t.special_rows(n, dtype, "cuda")  # 13 rows: special values in every team
         for op, ref, base in ops:
@@ -896,10 +890,7 @@ ops = ((fae.softmax, softmax_ref, torch.softmax), (fae.log_softmax, log_softmax_
 # kind=resident,rows=8,chunks=2: rows of 2 x 64 KB, 8 a group of 2 blocks (1 and 3 groups), each block a chunk of 8 rows
 for dtype in (torch.bfloat16, torch.float16):
     for shape in ((8, 65536), (24, 65536)):
-        x = t.make_input(shape, dtype, "cuda")
-        for op, ref, base in ops:
-            t.poison("cuda", x.numel() * x.element_size())
-            t.check_against_reference(op(x, -1), ref(x, -1), base(x, -1), dtype, op.__name__ + str(shape))
+        t._run_accuracy("cuda", dtype, "auto", shape, -1, "contiguous")
     x = t.special_rows(65536, dtype, "cuda")
     x = torch.cat([x, x[:3]])  # 16 rows, two groups: special values in every team's row
     for op, ref, base in ops:

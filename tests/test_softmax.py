@@ -911,6 +911,30 @@ def test_forced_resident_split_teams_cuda():
     assert child.returncode == 0 and "checked" in child.stdout, child.stderr[-3000:]
 
 
+@pytest.mark.cuda
+@requires_cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+def test_split_rows_blocks_agree_cuda(dtype):
+    # A row split over blocks is normalized by each block with the statistics of the whole row, merged from the
+    # blocks' partials in one order, so every block must use the same (m, d) to the bit: a row made of one 4096-element
+    # piece repeated must come out as its first piece repeated, bit for bit, wherever its chunks' boundaries fall. Bf16:
+    # teams of 8 over split rows (512 KB items, and whole 256 KB rows in 4 chunks) and single items; fp32: split rows.
+    if torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("split rows on the resident kernel need sm_90")
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    shapes = [(8, sms // 8 * 262144), (16, sms // 16 * 262144), (5, 4194304), (1, 8388608)]
+    if dtype == torch.bfloat16:
+        shapes.append((8 * (sms // 4), 131072))
+    for rows, cols in shapes:
+        piece = torch.randn(rows, 1, 4096, device="cuda", dtype=dtype) * 4
+        x = piece.expand(rows, cols // 4096, 4096).reshape(rows, cols)
+        for op in (fae.softmax, fae.log_softmax):
+            poison("cuda", x.numel() * x.element_size())
+            pieces = op(x, -1).view(rows, cols // 4096, 4096)
+            assert torch.equal(pieces, pieces[:, :1].expand_as(pieces)), f"{op.__name__} {rows}x{cols} {dtype}"
+            assert not pieces[:, 0].isnan().any(), f"{op.__name__} {rows}x{cols} {dtype}"
+
+
 def _resident_shapes(dtype=torch.bfloat16):
     # {shape: the plan "auto" takes on sm_90 parts of >= 100 SMs}, for test_resident_whole_rows_cuda and
     # test_resident_routing_cuda; teams (rows=2, 4, 8) or sms / rows chunks (rows=0).
@@ -940,6 +964,8 @@ def _resident_shapes(dtype=torch.bfloat16):
     plans.update({(r, c): f"chunks={sms // r},.*rows=0" for r, c in chunks})
     # split rows of exactly 512 KB items, 8 or 16 rows: teams of 8 over them (resident_split_teams), 8 x the chunks
     plans.update({(r, sms // r * 262144): f"chunks={8 * (sms // r)},.*rows=8" for r in (8, 16)})
+    # whole rows of exactly 256 KB, a multiple of 8, groups of 4 blocks within one wave: teams of 8 over 4 chunks
+    plans[(8 * (sms // 4), 131072)] = "chunks=4,.*rows=8"
     plans.update({shape: "chunks=1,.*rows=0" for shape in waves})
     return plans
 
@@ -954,7 +980,7 @@ def test_resident_whole_rows_cuda(dtype):
     # (Whole), 128 KB 4 a block, the last block 3, 256 KB 2 a block, the last block 1, two waves of teams' blocks (128
     # KB rows, the last block 2: beyond one wave, teams of 2 or 4 fill 90 % of their waves), rows that fill
     # a team in part (OnChip): 62.5 KB 8 a block, 96 (two waves, the last block 3) and 119 KB 4 a block, 125 and 195 KB
-    # in one wave of teams' blocks; and resident_chunks' sms / rows items a row, one a block: whole rows of 64-384 KB
+    # in one wave of teams' blocks, 256 KB rows a multiple of 8 in one wave as teams of 8 over 4 chunks; and resident_chunks' sms / rows items a row, one a block: whole rows of 64-384 KB
     # (the single-row kernel with bounds: registers and shared memory, no L2 part), also at 75 % of the SMs, and rows
     # cut into 2, 3, sms / 5 or sms items of 96-512 KB, the last item of a row shorter; and beyond one wave (a plain
     # launch), whole rows of 120-512 KB, one a block, the last wave part-filled. Fp32: whole rows of 144-512 KB, within

@@ -562,6 +562,19 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
       plan.kind = RowsKind::Resident;
       plan.chunks = 1;
       plan.rows = static_cast<int>(teams);
+      // Whole rows of exactly 256 KB, a multiple of 8 of them, whose groups of 4 blocks fit one wave: teams of 8 over
+      // rows cut in 4 chunks of 64 KB (resident_split_teams' layout) rather than 2 whole rows a block. Teams of 2 have
+      // no helpers for their stores (the kHelp instantiations are teams of 4 and 8), and 8 teams a block let the first
+      // teams store while the last still read. H200, bf16, us cold / streamed, teams of 2 -> teams of 8 over 4 chunks
+      // (NOTES "s79 call 1"): 256x131072 39.2-39.5 / 40.7 -> 38.0-38.3 / 40.2-40.3, 264x131072 40.6-41.0 / 41.3 ->
+      // 38.5-38.8 / 41.7. Not for 512 KB rows (128x262144 as 8 chunks: -1.1 cold, +1.0 streamed, "s78 call 8"), nor
+      // 128 KB rows as 2 chunks (teams of 4 -> 8: 512x65536 37.8-37.9 / 39.6-39.8 -> 37.0-37.1 / 39.8-40.1, 528x65536
+      // 38.5-38.6 / 40.0-40.1 -> 38.7-38.8 / 41.5).
+      const int64_t row_chunks = s.row_bytes * 8 / kResidentMaxItemBytes;
+      if (teams == 2 && teams_exact && split_teams_layout<T>(s, row_chunks) && s.rows / 8 * row_chunks <= s.sms) {
+        plan.rows = 8;
+        plan.chunks = static_cast<int>(row_chunks);
+      }
       return plan;
     }
     const int ring_one = pipe_ring_pieces(s, 1);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "common/cuda_check.h"
 #include "common/kernel_launch.h"
@@ -43,15 +44,18 @@ template <typename T, int kTeams> bool resident_teams_fit() {
   return all_resident_kernels<T, kTeams>(
       [&](auto kernel) { return kernel_static_smem(kernel) + kResidentMaxSmemBytes <= optin; });
 }
-template <typename T> bool resident_fits(int teams) {
+// Calls f(std::integral_constant<int, N>{}) for the team count N = teams, one of the instantiated 1, 2, 4 and 8.
+template <typename F> auto with_team_count(int teams, F&& f) {
   switch (teams) {
-    case 1: return resident_teams_fit<T, 1>();
-    case 2: return resident_teams_fit<T, 2>();
-    case 4: return resident_teams_fit<T, 4>();
-    case 8: return resident_teams_fit<T, 8>();
-    default: TORCH_CHECK(false, "resident kernel: teams must be 1, 2, 4 or 8, got ", teams);
+    case 2: return f(std::integral_constant<int, 2>{});
+    case 4: return f(std::integral_constant<int, 4>{});
+    case 8: return f(std::integral_constant<int, 8>{});
+    default: TORCH_CHECK(teams == 1, "resident kernel: teams must be 1, 2, 4 or 8, got ", teams);
   }
-  return false;
+  return f(std::integral_constant<int, 1>{});
+}
+template <typename T> bool resident_fits(int teams) {
+  return with_team_count(teams, [](auto n) { return resident_teams_fit<T, decltype(n)::value>(); });
 }
 
 // The pieces of the item's shared-memory part (the longest item: chunk_elems, or a team's row): a team's pieces
@@ -95,13 +99,7 @@ template <typename T, int kTeams> auto resident_team_kernel_for(const PipeParams
   return for_fill(std::integral_constant<ItemFill, ItemFill::Bounded>{});
 }
 template <typename T> auto resident_kernel_for(const PipeParams<T>& p) {
-  switch (p.teams) {
-    case 2: return resident_team_kernel_for<T, 2>(p);
-    case 4: return resident_team_kernel_for<T, 4>(p);
-    case 8: return resident_team_kernel_for<T, 8>(p);
-    default: TORCH_CHECK(p.teams == 1, "resident kernel: teams must be 1, 2, 4 or 8, got ", p.teams);
-  }
-  return resident_team_kernel_for<T, 1>(p);
+  return with_team_count(p.teams, [&](auto n) { return resident_team_kernel_for<T, decltype(n)::value>(p); });
 }
 
 template <typename T> int resident_rows_blocks_per_sm(const PipeParams<T>& p) {

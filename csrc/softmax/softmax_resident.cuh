@@ -157,19 +157,8 @@ __device__ __forceinline__ OnlineState<float> reduce_item_state(const RowExchang
     v = warp_allreduce(lane < kWarps ? scratch[lane] : empty_state<float>(), ItemMergeOp<kFast>{});
     if (chunks > 1) {
       if (lane == 0) publish_partial(ex, item, v);
-      OnlineState<float> acc = empty_state<float>();
-#pragma unroll 1
-      for (int c = lane; c < chunks; c += 32) {
-        uint64_t m_word, d_word;
-        load_relaxed_pair(ex.partials + 2 * (row * chunks + c), m_word, d_word);
-        while (static_cast<uint32_t>(m_word >> 32) != ex.tag || static_cast<uint32_t>(d_word >> 32) != ~ex.tag) {
-          __nanosleep(20);
-          load_relaxed_pair(ex.partials + 2 * (row * chunks + c), m_word, d_word);
-        }
-        const OnlineState<float> partial{__uint_as_float(static_cast<uint32_t>(m_word)),
-                                         __uint_as_float(static_cast<uint32_t>(d_word))};
-        acc = merge<float, kFast>(acc, partial);
-      }
+      const OnlineState<float> acc =
+          merge_published<float, kFast>(ex.partials + 2 * row * chunks, chunks, 0, 1, lane, ex.tag);
       v = warp_allreduce(acc, ItemMergeOp<kFast>{});
     }
     if (lane == 0) scratch[32] = v;

@@ -43,8 +43,9 @@ __device__ __forceinline__ int load_acquire(const int* counter) {
 }
 
 // Polls the published partials of one row (row_partials: its first chunk's) one at a time, lane c of a warp
-// the chunks g * 32 + c of the groups g = first, first + stride, ..., and merges them in that order.
-template <typename A>
+// the chunks g * 32 + c of the groups g = first, first + stride, ..., and merges them in that order (kFastExp2:
+// merge's one-ex2.approx rescale, as the resident kernel's reduction).
+template <typename A, bool kFastExp2 = false>
 __device__ __forceinline__ OnlineState<A> merge_published(const uint64_t* row_partials, int chunks, int first,
                                                           int stride, int lane, uint32_t tag) {
   OnlineState<A> acc = empty_state<A>();
@@ -56,8 +57,8 @@ __device__ __forceinline__ OnlineState<A> merge_published(const uint64_t* row_pa
       __nanosleep(32);
       load_relaxed_pair(row_partials + 2 * c, m_word, d_word);
     }
-    acc = merge(acc, OnlineState<A>{__uint_as_float(static_cast<uint32_t>(m_word)),
-                                    __uint_as_float(static_cast<uint32_t>(d_word))});
+    acc = merge<A, kFastExp2>(acc, OnlineState<A>{__uint_as_float(static_cast<uint32_t>(m_word)),
+                                                  __uint_as_float(static_cast<uint32_t>(d_word))});
   }
   return acc;
 }

@@ -917,12 +917,11 @@ def test_forced_resident_split_teams_cuda():
 def test_split_rows_blocks_agree_cuda(dtype):
     # A row split over blocks is normalized by each block with the statistics of the whole row, merged from the
     # blocks' partials in one order, so every block must use the same (m, d) to the bit: a row made of one 4096-element
-    # piece repeated must come out as its first piece repeated, bit for bit, wherever its chunks' boundaries fall. Bf16:
-    # teams of 8 over split rows (512 KB items, and whole 256 KB rows in 4 chunks) and single items; fp32: split rows.
-    if torch.cuda.get_device_capability() < (9, 0):
-        pytest.skip("split rows on the resident kernel need sm_90")
+    # piece repeated must come out as its first piece repeated, bit for bit, wherever its chunks' boundaries fall. On
+    # sm_90 parts of 132 SMs, bf16: teams of 8 over split rows (512 KB items, and whole 256 KB rows in 4 chunks) and
+    # single items; fp32: split rows on the resident and dual kernels. Elsewhere the split kernels promise the same.
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    shapes = [(8, sms // 8 * 262144), (16, sms // 16 * 262144), (5, 4194304), (1, 8388608)]
+    shapes = [(8, max(1, sms // 8) * 262144), (16, max(1, sms // 16) * 262144), (5, 4194304), (1, 8388608)]
     if dtype == torch.bfloat16:
         shapes.append((8 * (sms // 4), 131072))
     for rows, cols in shapes:
@@ -980,7 +979,8 @@ def test_resident_whole_rows_cuda(dtype):
     # (Whole), 128 KB 4 a block, the last block 3, 256 KB 2 a block, the last block 1, two waves of teams' blocks (128
     # KB rows, the last block 2: beyond one wave, teams of 2 or 4 fill 90 % of their waves), rows that fill
     # a team in part (OnChip): 62.5 KB 8 a block, 96 (two waves, the last block 3) and 119 KB 4 a block, 125 and 195 KB
-    # in one wave of teams' blocks, 256 KB rows a multiple of 8 in one wave as teams of 8 over 4 chunks; and resident_chunks' sms / rows items a row, one a block: whole rows of 64-384 KB
+    # in one wave of teams' blocks; 256 KB rows, a multiple of 8 in one wave: teams of 8 over 4 chunks (Whole); and
+    # resident_chunks' sms / rows items a row, one a block: whole rows of 64-384 KB
     # (the single-row kernel with bounds: registers and shared memory, no L2 part), also at 75 % of the SMs, and rows
     # cut into 2, 3, sms / 5 or sms items of 96-512 KB, the last item of a row shorter; and beyond one wave (a plain
     # launch), whole rows of 120-512 KB, one a block, the last wave part-filled. Fp32: whole rows of 144-512 KB, within

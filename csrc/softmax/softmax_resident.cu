@@ -44,7 +44,8 @@ template <typename T, int kTeams> bool resident_teams_fit() {
   return all_resident_kernels<T, kTeams>(
       [&](auto kernel) { return kernel_static_smem(kernel) + kResidentMaxSmemBytes <= optin; });
 }
-// Calls f(std::integral_constant<int, N>{}) for the team count N = teams, one of the instantiated 1, 2, 4 and 8.
+// Calls f(std::integral_constant<int, N>{}) for the team count N = teams, one of the instantiated 1, 2, 4 and 8 (any
+// other count throws).
 template <typename F> auto with_team_count(int teams, F&& f) {
   switch (teams) {
     case 2: return f(std::integral_constant<int, 2>{});

@@ -1,8 +1,8 @@
 #pragma once
 // The reduction of a row's (m, d) over a team and, for a split row, the exchange: every block holding one
 // chunk of a row publishes its chunk's (m, d) and merges the partials of all the row's chunks. Used by the
-// split-row block kernel (softmax_rows.cuh), the pipelined kernel (softmax_pipelined.cuh) and the dual kernel
-// (softmax_dual.cuh). The workspace layout is
+// split-row block kernel (softmax_rows.cuh), the pipelined kernel (softmax_pipelined.cuh), the dual kernel
+// (softmax_dual.cuh) and the resident kernel (softmax_resident.cuh). The workspace layout is
 // RowExchange's (softmax_launch.h); the host side is SplitWorkspace (softmax_cuda.cu).
 #include "softmax/online_math.cuh"
 

@@ -117,10 +117,14 @@ def _cases(device_cases):
     return params
 
 
+# (our op, its fp64 reference, torch's op): the row ops that store rows, and with logsumexp.
+ROW_OPS = ((fae.softmax, softmax_ref, torch.softmax), (fae.log_softmax, log_softmax_ref, torch.log_softmax))
+ROW_AND_LSE_OPS = ROW_OPS + ((fae.logsumexp, logsumexp_ref, torch.logsumexp),)
+
+
 def _run_accuracy(device, dtype, algorithm, shape, dim, layout):
     x = make_input(shape, dtype, device, layout)
-    for op, ref_fn, torch_fn in ((fae.softmax, softmax_ref, torch.softmax),
-                                 (fae.log_softmax, log_softmax_ref, torch.log_softmax)):
+    for op, ref_fn, torch_fn in ROW_OPS:
         poison(device, x.numel() * x.element_size())
         out = op(x, dim, algorithm=algorithm)
         assert out.device == x.device and out.is_contiguous()
@@ -254,13 +258,11 @@ def test_unaligned_rows_cuda(dtype, offset):
     # (the output on the input's grid), the pipelined kernel's shifted items (ItemVectors; "auto" takes it for tensors
     # of >= 16 MiB): whole rows over several rounds and a tail launch (440 x 20_001), rows split into items of several
     # ring pieces (3 x 3_000_001). The forced configurations (test_forced_configs_cuda) run it on small shapes too.
-    ops = ((fae.softmax, softmax_ref, torch.softmax), (fae.log_softmax, log_softmax_ref, torch.log_softmax),
-           (fae.logsumexp, logsumexp_ref, torch.logsumexp))
     for rows, length in ((33, 7), (65, 100), (3001, 127), (1001, 255), (77, 383), (129, 1023), (17, 1025), (9, 4097),
                          (40, 10007), (5, 4096), (3, 40_003), (2, 100_000), (440, 20_001), (3, 3_000_001)):
         x = make_input((rows * length + offset,), dtype, "cuda")[offset:].view(rows, length)
         assert x.data_ptr() % 16 == offset * x.element_size() % 16
-        for op, ref_fn, torch_fn in ops:
+        for op, ref_fn, torch_fn in ROW_AND_LSE_OPS:
             poison("cuda", rows * (1 if op is fae.logsumexp else length) * x.element_size())
             check_against_reference(op(x, -1), ref_fn(x, -1), torch_fn(x, -1), dtype,
                                     f"{op.__name__} {rows}x{length} at +{offset}")
@@ -288,9 +290,7 @@ def test_wide_rows_need_the_max(device, dtype, algorithm, length, where):
     # subtracted overflows float32 there, and a max taken over part of the row misses it.
     x = make_input((5, length), dtype, device)
     x[:, 0 if where == "first" else -1] += 100.0
-    for op, ref_fn, torch_fn in ((fae.softmax, softmax_ref, torch.softmax),
-                                 (fae.log_softmax, log_softmax_ref, torch.log_softmax),
-                                 (fae.logsumexp, logsumexp_ref, torch.logsumexp)):
+    for op, ref_fn, torch_fn in ROW_AND_LSE_OPS:
         kwargs = {} if op is fae.logsumexp else {"algorithm": algorithm}
         check_against_reference(op(x, -1, **kwargs), ref_fn(x, -1), torch_fn(x, -1), dtype, op.__name__)
 
@@ -369,6 +369,13 @@ def assert_special_match(out, baseline, ref, what):
     rtol, atol = SPECIAL_TOL[out.dtype]
     torch.testing.assert_close(out, ref.to(out.dtype), rtol=rtol, atol=atol, equal_nan=True,
                                msg=lambda m: f"{what}: {m}")
+
+
+def _run_special(x, what, ops=ROW_OPS):
+    """Each of ops (ROW_OPS or ROW_AND_LSE_OPS) over the last dim of special-value rows x (special_rows), as
+    assert_special_match checks them."""
+    for op, ref, base in ops:
+        assert_special_match(op(x, -1), base(x, -1), ref(x, -1), f"{op.__name__} special values {what}")
 
 
 # Odd lengths reach the scalar paths; 128 and 1024 the vectorized warp-per-row instantiations (16-byte rows),
@@ -646,8 +653,7 @@ def test_large_magnitude_rows_cuda(dtype, shape):
     # element against fp64 within LARGE_ROW_TOL.
     x = large_magnitude_rows(shape, dtype)
     rtol, atol = LARGE_ROW_TOL[dtype]
-    for op, ref_fn, torch_fn in ((fae.softmax, softmax_ref, torch.softmax),
-                                 (fae.log_softmax, log_softmax_ref, torch.log_softmax)):
+    for op, ref_fn, torch_fn in ROW_OPS:
         poison("cuda", x.numel() * x.element_size())
         out, ref, base = op(x, -1), ref_fn(x, -1), torch_fn(x, -1)
         for r in range(shape[0]):
@@ -751,11 +757,8 @@ def test_cuda_respects_current_stream(name):
 
 FORCED_CONFIG_CHECK = """
 import torch
-import flash_attn_ext as fae
 import test_softmax as t
-from reference import softmax_ref, log_softmax_ref, logsumexp_ref
-ops = ((fae.softmax, softmax_ref, torch.softmax), (fae.log_softmax, log_softmax_ref, torch.log_softmax),
-       (fae.logsumexp, logsumexp_ref, torch.logsumexp))
+ops = t.ROW_AND_LSE_OPS
 import os
 sms = torch.cuda.get_device_properties(0).multi_processor_count
 # (3 sms, 5 sms - 7 and 7 sms - 3 rows: the dual kernel's whole rows in odd round counts, 3 with the last full, 5 and 7
@@ -774,9 +777,7 @@ for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.float64):
             t.check_against_reference(op(x, -1), ref(x, -1), base(x, -1), dtype, op.__name__ + str(shape))
     # special values (NaN, +-inf rows) in 52 rows: enough items for a second round of a split configuration
     for length in (40_000, 40_001) if unaligned else (40_000,):
-        x = t.special_rows(length, dtype, "cuda").repeat(4, 1)
-        for op, ref, base in ops:
-            t.assert_special_match(op(x, -1), base(x, -1), ref(x, -1), op.__name__ + f" special values x{length}")
+        t._run_special(t.special_rows(length, dtype, "cuda").repeat(4, 1), f"x{length}", t.ROW_AND_LSE_OPS)
 print("checked")
 """
 
@@ -799,10 +800,7 @@ def test_forced_configs_cuda(config):
 RESIDENT_CHECK = """
 import os
 import torch
-import flash_attn_ext as fae
 import test_softmax as t
-from reference import softmax_ref, log_softmax_ref
-ops = ((fae.softmax, softmax_ref, torch.softmax), (fae.log_softmax, log_softmax_ref, torch.log_softmax))
 # items from a few KB (registers only) to 512 KB (registers, shared memory and L2), last chunks shorter, part-filled
 # pieces and L2 groups (16-bit 1_000_008 elements: chunks of 250_048); items of exactly 512 KB (the kernel without
 # bounds), one and 16 to a row; fp32 the same bytes; a forced chunk count:
@@ -822,9 +820,7 @@ for dtype in (torch.bfloat16, torch.float16, torch.float32):
     size = torch.finfo(dtype).bits // 8
     # the second: 512 KB items, two to a row (without chunks=N); the third unaligned
     for length in (80_000 // size, 1_048_576 // size, 80_000 // size + 1):
-        x = t.special_rows(length, dtype, "cuda")
-        for op, ref, base in ops:
-            t.assert_special_match(op(x, -1), base(x, -1), ref(x, -1), f"{op.__name__} special values, {length}")
+        t._run_special(t.special_rows(length, dtype, "cuda"), length)
 print("checked")
 """
 
@@ -845,10 +841,7 @@ def test_forced_resident_cuda(config):
 RESIDENT_TEAMS_CHECK = """
 import os
 import torch
-import flash_attn_ext as fae
 import test_softmax as t
-from reference import softmax_ref, log_softmax_ref
-ops = ((fae.softmax, softmax_ref, torch.softmax), (fae.log_softmax, log_softmax_ref, torch.log_softmax))
 teams = int(os.environ["FAE_SOFTMAX_CONFIG"].split("rows=")[1])
 # rows a team holds in registers only (8 KB, 8 KB + 16 B: 513 vectors), into its pieces and its L2 part, at most
 # 512 KB / teams (from 384 KB / teams the instantiation bounded on the L2 part only: with 8 teams 48 KB rows leave the
@@ -862,9 +855,7 @@ for dtype in (torch.bfloat16, torch.float16, torch.float32):
     for shape in [(3 * teams - 1, n) for n in lengths] + [(2 * teams, 524288 // size // teams)]:
         t._run_accuracy("cuda", dtype, "auto", shape, -1, "contiguous")
     for n in (lengths[0], lengths[-1]):
-        x = t.special_rows(n, dtype, "cuda")  # 13 rows: special values in every team
-        for op, ref, base in ops:
-            t.assert_special_match(op(x, -1), base(x, -1), ref(x, -1), op.__name__ + " special values")
+        t._run_special(t.special_rows(n, dtype, "cuda"), n)  # 13 rows: special values in every team
 print("checked")
 """
 
@@ -883,18 +874,13 @@ def test_forced_resident_teams_cuda(config):
 
 SPLIT_TEAMS_CHECK = """
 import torch
-import flash_attn_ext as fae
 import test_softmax as t
-from reference import softmax_ref, log_softmax_ref
-ops = ((fae.softmax, softmax_ref, torch.softmax), (fae.log_softmax, log_softmax_ref, torch.log_softmax))
 # kind=resident,rows=8,chunks=2: rows of 2 x 64 KB, 8 a group of 2 blocks (1 and 3 groups), each block a chunk of 8 rows
 for dtype in (torch.bfloat16, torch.float16):
     for shape in ((8, 65536), (24, 65536)):
         t._run_accuracy("cuda", dtype, "auto", shape, -1, "contiguous")
     x = t.special_rows(65536, dtype, "cuda")
-    x = torch.cat([x, x[:3]])  # 16 rows, two groups: special values in every team's row
-    for op, ref, base in ops:
-        t.assert_special_match(op(x, -1), base(x, -1), ref(x, -1), op.__name__ + " special values")
+    t._run_special(torch.cat([x, x[:3]]), "16 rows")  # two groups: special values in every team's row
 print("checked")
 """
 
@@ -1110,9 +1096,7 @@ CPU_ISA_CHECK = """
 import torch
 import flash_attn_ext as fae
 import test_softmax as t
-from reference import softmax_ref, log_softmax_ref, logsumexp_ref
-ops = ((fae.softmax, softmax_ref, torch.softmax), (fae.log_softmax, log_softmax_ref, torch.log_softmax),
-       (fae.logsumexp, logsumexp_ref, torch.logsumexp))
+ops = t.ROW_AND_LSE_OPS
 for dtype in (torch.float32, torch.bfloat16, torch.float16):
     for shape in ((7, 1), (5, 97), (3, 1025), (2, 4097)):
         x = t.make_input(shape, dtype, "cpu")

@@ -297,43 +297,36 @@ template <> struct VecIO<double> {
                       static_cast<unsigned>(__double2loint(v[1])), static_cast<unsigned>(__double2hiint(v[1])));
   }
 };
-template <> struct VecIO<__half> {
-  static __device__ __forceinline__ float2 unpack2(unsigned w) { return __half22float2(bit_cast<__half2>(w)); }
-  static __device__ __forceinline__ unsigned pack2(float a, float b) {
-    return bit_cast<unsigned>(__floats2half2_rn(a, b));
-  }
+// The 16-bit types: a vector's 8 elements as 4 pairs, each through the type's own pair conversions (Pairs::unpack2 /
+// Pairs::pack2 of one 32-bit word).
+template <typename Pairs> struct PairVecIO {
   static __device__ __forceinline__ void unpack(uint4 r, float (&v)[8]) {
     const unsigned w[4] = {r.x, r.y, r.z, r.w};
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const float2 f = unpack2(w[i]);
+      const float2 f = Pairs::unpack2(w[i]);
       v[2 * i] = f.x;
       v[2 * i + 1] = f.y;
     }
   }
   static __device__ __forceinline__ uint4 pack(const float (&v)[8]) {
-    return make_uint4(pack2(v[0], v[1]), pack2(v[2], v[3]), pack2(v[4], v[5]), pack2(v[6], v[7]));
+    return make_uint4(Pairs::pack2(v[0], v[1]), Pairs::pack2(v[2], v[3]), Pairs::pack2(v[4], v[5]),
+                      Pairs::pack2(v[6], v[7]));
   }
 };
-template <> struct VecIO<__nv_bfloat16> {
+template <> struct VecIO<__half> : PairVecIO<VecIO<__half>> {
+  static __device__ __forceinline__ float2 unpack2(unsigned w) { return __half22float2(bit_cast<__half2>(w)); }
+  static __device__ __forceinline__ unsigned pack2(float a, float b) {
+    return bit_cast<unsigned>(__floats2half2_rn(a, b));
+  }
+};
+template <> struct VecIO<__nv_bfloat16> : PairVecIO<VecIO<__nv_bfloat16>> {
   // bf16 -> fp32 is a 16-bit shift; fp32 -> bf16 rounds to nearest even (one F2FP per pair on sm_80+).
   static __device__ __forceinline__ float2 unpack2(unsigned w) {
     return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u));
   }
   static __device__ __forceinline__ unsigned pack2(float a, float b) {
     return bit_cast<unsigned>(__floats2bfloat162_rn(a, b));
-  }
-  static __device__ __forceinline__ void unpack(uint4 r, float (&v)[8]) {
-    const unsigned w[4] = {r.x, r.y, r.z, r.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float2 f = unpack2(w[i]);
-      v[2 * i] = f.x;
-      v[2 * i + 1] = f.y;
-    }
-  }
-  static __device__ __forceinline__ uint4 pack(const float (&v)[8]) {
-    return make_uint4(pack2(v[0], v[1]), pack2(v[2], v[3]), pack2(v[4], v[5]), pack2(v[6], v[7]));
   }
 };
 

@@ -101,7 +101,7 @@ def _softmax_tables_of(res, markdown):
                          pct("softmax", "torch", k), speedup("softmax", "fae:auto", k), pct("softmax", "copy", k),
                          _diff(*(by.get(("softmax", a) + k) for a in ("fae:auto", "fae:online", "fae:safe")))])
         out.append("softmax: us, % of copy bandwidth; x = torch time / ours (auto); copy % = x.clone() timed alike; "
-                   "maxdiff: worst algorithm vs fp32")
+                   "maxdiff: worst algorithm vs fp64")
         out.append(common.format_table(
             ["dtype", "shape", "auto us", "auto %", "online %", "safe %", "torch us", "torch %", "x torch",
              "copy %", "maxdiff"], rows, markdown, align=(0, 1)))

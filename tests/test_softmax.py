@@ -756,10 +756,10 @@ def test_cuda_respects_current_stream(name):
 
 
 FORCED_CONFIG_CHECK = """
+import os
 import torch
 import test_softmax as t
 ops = t.ROW_AND_LSE_OPS
-import os
 sms = torch.cuda.get_device_properties(0).multi_processor_count
 # (3 sms, 5 sms - 7 and 7 sms - 3 rows: the dual kernel's whole rows in odd round counts, 3 with the last full, 5 and 7
 # with the last part-filled; the register role takes the last round: 16-bit rows from 3 rounds, fp32 from 5)

@@ -344,6 +344,15 @@ template <typename T> __device__ __forceinline__ uint4 neg_inf_vector() {
   }
 }
 
+// -inf of T as an immediate (a 16-bit type's from the low half of the -inf vector).
+template <typename T> __device__ __forceinline__ T neg_inf_scalar() {
+  if constexpr (sizeof(T) == 2) {
+    return bit_cast<T>(static_cast<unsigned short>(neg_inf_vector<T>().x & 0xffffu));
+  } else {
+    return neg_inf<T>();
+  }
+}
+
 __device__ __forceinline__ uint4 load16(const void* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
 // One 16-byte store of a packed vector of T. For 16-bit T, NVVM split the plain uint4 assignment into four
 // 32-bit stores (PTX st.global.u32: every vector but the first of the warp kernel, all of the block
@@ -384,6 +393,49 @@ struct RowChunk {
     row = chunks == 1 ? item : item / chunks;  // whole rows skip a 64-bit division
     begin = (item - row * chunks) * chunk_elems;
     end = begin + chunk_elems < len ? begin + chunk_elems : len;
+  }
+};
+
+// load_group's loads kept raw: the streaming reduce issues the next group's loads before it folds this one and unpacks
+// them only as it folds them, since a conversion right behind a load waits for it there. (load_group itself unpacks
+// as it loads: the row kernels' code as measured; built on this, their registers moved by -8 to +6.)
+template <typename T, int kN, bool kAligned> struct GroupLoads;
+template <typename T, int kN> struct GroupLoads<T, kN, true> {
+  static constexpr int kVec = RowsTraits<T>::kVec;
+  uint4 raw[kN];
+  __device__ __forceinline__ void load(const T* row, int64_t len, int64_t first, int nt, int t) {
+    const int64_t base = first + static_cast<int64_t>(t) * kVec;
+    const int stride = nt * kVec;
+    const int rem = remaining(len, base);
+    const T* ptr = row + base;
+#pragma unroll
+    for (int s = 0; s < kN; ++s) raw[s] = s * stride < rem ? load16(ptr + s * stride) : neg_inf_vector<T>();
+  }
+  __device__ __forceinline__ void unpack(acc_t<T> (&v)[kN][kVec]) const {
+#pragma unroll
+    for (int s = 0; s < kN; ++s) VecIO<T>::unpack(raw[s], v[s]);
+  }
+};
+template <typename T, int kN> struct GroupLoads<T, kN, false> {
+  static constexpr int kVec = RowsTraits<T>::kVec;
+  T raw[kN][kVec];
+  __device__ __forceinline__ void load(const T* row, int64_t len, int64_t first, int nt, int t) {
+    const int64_t base = first + t;
+    const int rem = remaining(len, base);
+    const T* ptr = row + base;
+#pragma unroll
+    for (int s = 0; s < kN; ++s)
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) {
+        const int off = (s * kVec + j) * nt;
+        raw[s][j] = off < rem ? __ldg(ptr + off) : neg_inf_scalar<T>();
+      }
+  }
+  __device__ __forceinline__ void unpack(acc_t<T> (&v)[kN][kVec]) const {
+#pragma unroll
+    for (int s = 0; s < kN; ++s)
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) v[s][j] = to_acc(raw[s][j]);
   }
 };
 

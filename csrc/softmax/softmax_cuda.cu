@@ -408,11 +408,18 @@ template <typename T> int64_t resident_teams(const RowsShape& s) {
   }
 }
 
-// Streaming chunks: 4 block-steps (64 KiB of fp32), more for rows so long that a row would have over 1024
-// chunks (keeps the partial merges short).
-template <typename T> int stream_steps_per_chunk(int64_t len) {
+// Streaming chunks: 4 block-steps (64 KiB of any type), for logsumexp 8 (128 KiB), the row cut into equal chunks
+// of at most that many steps, and more for rows so long that a row would have over 1024 chunks (keeps the partial
+// merges short). Why 8 for logsumexp: fewer blocks, each with fewer exposed first loads and block reductions a byte,
+// and rows of 32768 fp32 elements whole, with no finalize launch (H200, NOTES "s80 call 3", us cold / streamed, with
+// the reduce's prefetch: fp32 1024x32768 41.9 / 38.9 -> 37.7 / 35.7, 8x4194304 42.1 / 39.3 -> 40.3 / 37.4; bf16
+// 128x262144 25.6 / 22.3 -> 23.7 / 20.4). Why equal chunks: fp32 300x70000 in chunks of 8, 8 and 1.1 steps ran
+// 32.0 / 28.5 against 29.5 / 26.4 in 4-step chunks.
+template <typename T> int stream_steps_per_chunk(const SoftmaxProblem& p, int64_t len) {
   const int64_t steps = ceil_div(len, int64_t(kStreamThreads) * kStreamUnroll * RowsTraits<T>::kVec);
-  return static_cast<int>(std::max<int64_t>(4, ceil_div(steps, 1024)));
+  const int64_t most = p.output == SoftmaxOutput::LogSumExp ? 8 : 4;
+  const int64_t equal = p.output == SoftmaxOutput::LogSumExp ? ceil_div(steps, ceil_div(steps, most)) : most;
+  return static_cast<int>(std::max<int64_t>(equal, ceil_div(steps, 1024)));
 }
 
 // Whether "auto" gives unaligned rows beyond 512 threads (on the output's grid) the pipelined kernel rather than
@@ -531,7 +538,7 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
     // 61.8, 128x262144 53.8 vs 60.3, 1024x32768 53.9 vs 53.7 (the one tie).
     if (p.output == SoftmaxOutput::LogSumExp) {
       plan.kind = RowsKind::Stream;
-      plan.steps = stream_steps_per_chunk<T>(s.len);
+      plan.steps = stream_steps_per_chunk<T>(p, s.len);
       return plan;
     }
     // 0. Resident (sm_90+, 16-bit or fp32; unaligned rows with the output on the input's grid, no teams): items a block
@@ -749,7 +756,7 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
 
   // 4. Streaming.
   plan.kind = RowsKind::Stream;
-  plan.steps = stream_steps_per_chunk<T>(s.len);
+  plan.steps = stream_steps_per_chunk<T>(p, s.len);
   return plan;
 }
 
@@ -968,7 +975,7 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
   }
 
   // Streaming.
-  if (plan.steps == 0) plan.steps = stream_steps_per_chunk<T>(s.len);
+  if (plan.steps == 0) plan.steps = stream_steps_per_chunk<T>(p, s.len);
   if (plan.steps < 1) fail("steps must be >= 1");
   const int64_t step = int64_t(kStreamThreads) * kStreamUnroll * kVec;
   const int64_t chunks = ceil_div(ceil_div(s.len, step), plan.steps);
@@ -982,7 +989,7 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
   const int grid = grid_for(items);
   if (p.output == SoftmaxOutput::LogSumExp) {
     launch_stream_reduce<T>(sp, s.aligned, grid, stream);
-    launch_logsumexp_finalize<T>(sp, stream);
+    if (sp.chunks > 1) launch_logsumexp_finalize<T>(sp, stream);
   } else if (online) {
     launch_stream_reduce<T>(sp, s.aligned, grid, stream);
     launch_stream_normalize<T>(sp, s.aligned, grid, stream);

@@ -3,7 +3,7 @@
 // and logsumexp of long rows. They re-read global memory once per pass, which is what the benchmark shows:
 //   safe:      reduce(Max) -> reduce(SumAtMax) -> normalize     3 reads + 1 write
 //   online:    reduce(State) -> normalize                       2 reads + 1 write (Milakov & Gimelshein)
-//   logsumexp: reduce(State) -> finalize                        1 read
+//   logsumexp: reduce(State) -> finalize (rows of one chunk: reduce only)  1 read
 // Work items are (row, chunk) pairs, item = row * chunks + chunk, so a few long rows still fill the GPU;
 // per-item partials live in a workspace (part_m, part_d) between the launches.
 #include "common/grid_dependency.cuh"
@@ -37,8 +37,9 @@ __device__ __forceinline__ OnlineState<acc_t<T>> merged_row_partials(const Strea
 }
 
 // One reduction pass. Block: 256 threads; per step the block covers 256 * kStreamUnroll * kVec contiguous
-// elements of its chunk, each thread kStreamUnroll vectors in flight (load_group mapping). Writes, for its
-// item, part_m (Max), part_d against the row max of part_m (SumAtMax), or the (m, d) state (State).
+// elements of its chunk, each thread kStreamUnroll vectors in flight (load_group mapping) for the next step while it
+// folds this one. Writes, for its item, part_m (Max), part_d against the row max of part_m (SumAtMax), or the (m, d)
+// state (State).
 template <typename T, bool kAligned>
 __global__ void __launch_bounds__(kStreamThreads) softmax_stream_reduce_kernel(const StreamParams<T> p) {
   begin_dependent_grid();
@@ -53,6 +54,9 @@ __global__ void __launch_bounds__(kStreamThreads) softmax_stream_reduce_kernel(c
     const RowChunk chunk(item, p.chunks, p.chunk_elems, p.len);
     const int64_t row = chunk.row, first = chunk.begin, last = chunk.end;
     const T* x = p.x + row * p.len;
+    // One group ahead: the next group's loads are in flight while this one folds (past `last` they load nothing).
+    GroupLoads<T, kStreamUnroll, kAligned> loads;
+    loads.load(x, last, first, kStreamThreads, threadIdx.x);
     A row_max = neg_inf<A>();
     if (p.pass == StreamPass::SumAtMax) {
       A mx = neg_inf<A>();
@@ -65,7 +69,8 @@ __global__ void __launch_bounds__(kStreamThreads) softmax_stream_reduce_kernel(c
     OnlineState<A> state = empty_state<A>();
     for (int64_t g = first; g < last; g += kStep) {
       A v[kStreamUnroll][kVec];
-      load_group<T, kStreamUnroll, kAligned>(x, last, g, kStreamThreads, threadIdx.x, v);
+      loads.unpack(v);
+      loads.load(x, last, g + kStep, kStreamThreads, threadIdx.x);
       if (p.pass == StreamPass::Max) {
         mx = amax(mx, max_of(v));
       } else if (p.pass == StreamPass::SumAtMax) {
@@ -85,8 +90,12 @@ __global__ void __launch_bounds__(kStreamThreads) softmax_stream_reduce_kernel(c
     } else {
       state = block_allreduce(state, MergeOp{}, empty_state<A>(), s_state);
       if (threadIdx.x == 0) {
-        p.part_m[item] = state.m;
-        p.part_d[item] = state.d;
+        if (p.output == SoftmaxOutput::LogSumExp && p.chunks == 1) {
+          p.y[row] = from_acc<T>(row_lse(state));  // the whole row: no finalize launch
+        } else {
+          p.part_m[item] = state.m;
+          p.part_d[item] = state.d;
+        }
       }
     }
   }

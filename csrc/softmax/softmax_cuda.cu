@@ -408,18 +408,20 @@ template <typename T> int64_t resident_teams(const RowsShape& s) {
   }
 }
 
-// Streaming chunks: 4 block-steps (64 KiB of any type), for logsumexp 8 (128 KiB), the row cut into equal chunks
-// of at most that many steps, and more for rows so long that a row would have over 1024 chunks (keeps the partial
-// merges short). Why 8 for logsumexp: fewer blocks, each with fewer exposed first loads and block reductions a byte,
-// and rows of 32768 fp32 elements whole, with no finalize launch (H200, NOTES "s80 call 3", us cold / streamed, with
-// the reduce's prefetch: fp32 1024x32768 41.9 / 38.9 -> 37.7 / 35.7, 8x4194304 42.1 / 39.3 -> 40.3 / 37.4; bf16
-// 128x262144 25.6 / 22.3 -> 23.7 / 20.4). Why equal chunks: fp32 300x70000 in chunks of 8, 8 and 1.1 steps ran
-// 32.0 / 28.5 against 29.5 / 26.4 in 4-step chunks.
+// Streaming chunks: 4 block-steps (64 KiB of any type); for logsumexp the fewest chunks of at most 8 steps (128 KiB),
+// the row's steps spread over them (whole steps: a last chunk short by up to a chunk less one step); more for rows so
+// long that a row would have over 1024 chunks (keeps the partial merges short). Why 8 for logsumexp: fewer blocks,
+// each with a smaller share of exposed first loads and block reductions, and rows of 32768 fp32 elements whole, with
+// no finalize launch (H200, NOTES "s80 call 3", us cold / streamed, with the reduce's prefetch: fp32 1024x32768 41.8 /
+// 39.0 -> 37.7 / 35.7, 8x4194304 42.1 / 39.3 -> 40.3 / 37.4; bf16 128x262144 25.6 / 22.3 -> 23.7 / 20.4). Why spread:
+// fp32 300x70000 in chunks of 8, 8 and 1.1 steps ran 32.0 / 28.5 against main's 29.5 / 26.4 in 4-step chunks, in 3
+// chunks of 6 steps 29.8 / 26.7 ("s80 call 4").
 template <typename T> int stream_steps_per_chunk(const SoftmaxProblem& p, int64_t len) {
   const int64_t steps = ceil_div(len, int64_t(kStreamThreads) * kStreamUnroll * RowsTraits<T>::kVec);
-  const int64_t most = p.output == SoftmaxOutput::LogSumExp ? 8 : 4;
-  const int64_t equal = p.output == SoftmaxOutput::LogSumExp ? ceil_div(steps, ceil_div(steps, most)) : most;
-  return static_cast<int>(std::max<int64_t>(equal, ceil_div(steps, 1024)));
+  const bool lse = p.output == SoftmaxOutput::LogSumExp;
+  const int64_t most = lse ? 8 : 4;
+  const int64_t spread = lse ? ceil_div(steps, std::max<int64_t>(1, ceil_div(steps, most))) : most;
+  return static_cast<int>(std::max<int64_t>({1, spread, ceil_div(steps, 1024)}));
 }
 
 // Whether "auto" gives unaligned rows beyond 512 threads (on the output's grid) the pipelined kernel rather than

@@ -364,6 +364,10 @@ template <typename T> bool split_teams_layout(const RowsShape& s, int64_t block_
          s.len / block_chunks * int64_t(sizeof(T)) * 8 == kResidentMaxItemBytes;
 }
 
+// Blocks of teams over split rows (split_teams_layout): a group of `chunks` blocks per 8 rows, every block co-resident
+// (at most one an SM: the heuristic's rule and the forced plan's check).
+int64_t split_teams_blocks(const RowsShape& s, int64_t chunks) { return s.rows / 8 * chunks; }
+
 // Whether split rows of exactly 512 KB items (16-bit, 8 rows at a time) run as teams of 8 over them: each block holds
 // a 64 KB chunk of 8 rows, one a team, so that within an SM the first teams store while the last ones still read (as
 // whole rows 8 a block do) and a row's exchange waits behind the other teams' reads rather than with the SM idle.
@@ -580,7 +584,8 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
       // 128 KB rows as 2 chunks (teams of 4 -> 8: 512x65536 37.8-37.9 / 39.6-39.8 -> 37.0-37.1 / 39.8-40.1, 528x65536
       // 38.5-38.6 / 40.0-40.1 -> 38.7-38.8 / 41.5).
       const int64_t row_chunks = s.row_bytes * 8 / kResidentMaxItemBytes;
-      if (teams == 2 && teams_exact && split_teams_layout<T>(s, row_chunks) && s.rows / 8 * row_chunks <= s.sms) {
+      if (teams == 2 && teams_exact && split_teams_layout<T>(s, row_chunks) &&
+          split_teams_blocks(s, row_chunks) <= s.sms) {
         plan.rows = 8;
         plan.chunks = static_cast<int>(row_chunks);
       }
@@ -951,7 +956,7 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
             fail("rows > 1 with chunks > 1 (teams over split rows) needs rows=8, 16-bit rows, a multiple of 8 of "
                  "them, and chunks of exactly 512 KB / 8");
           }
-          if (s.rows / 8 * chunks > s.sms) fail("split rows with more blocks than SMs (co-resident)");
+          if (split_teams_blocks(s, chunks) > s.sms) fail("split rows with more blocks than SMs (co-resident)");
         }
         if (plan.rows * (s.row_bytes / chunks) > kResidentMaxItemBytes) fail("rows of more than 512 KB / rows");
         PipeParams<T> pp{x, y, s.rows, s.len, s.len / chunks, chunks, 0, 0, p.output, {}};
@@ -985,9 +990,13 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
   StreamParams<T> sp{x, y, s.rows, s.len, plan.steps * step, static_cast<int>(chunks), StreamPass::State, online,
                      p.output, nullptr, nullptr};
   const int64_t items = s.rows * sp.chunks;
-  const at::Tensor part = partials_workspace<T>(p.x, items);
-  sp.part_m = static_cast<acc_t<T>*>(part.data_ptr());
-  sp.part_d = sp.part_m + items;
+  // logsumexp of rows of one chunk: the reduce writes the result itself, and no partials are kept.
+  at::Tensor part;
+  if (p.output != SoftmaxOutput::LogSumExp || sp.chunks > 1) {
+    part = partials_workspace<T>(p.x, items);
+    sp.part_m = static_cast<acc_t<T>*>(part.data_ptr());
+    sp.part_d = sp.part_m + items;
+  }
   const int grid = grid_for(items);
   if (p.output == SoftmaxOutput::LogSumExp) {
     launch_stream_reduce<T>(sp, s.aligned, grid, stream);

@@ -151,8 +151,8 @@ template <typename T> struct StreamParams {
   StreamPass pass;         // reduce kernel only
   bool online;             // normalize kernel: partials are (m, d) states; false: maxima and sums at M
   SoftmaxOutput output;
-  acc_t<T>* part_m;        // [rows * chunks]
-  acc_t<T>* part_d;        // [rows * chunks]
+  acc_t<T>* part_m;        // [rows * chunks]; nullptr for logsumexp of one-chunk rows (the reduce writes y)
+  acc_t<T>* part_d;        // [rows * chunks]; likewise
 };
 
 // inner > 1: x viewed as (outer, len, inner); y: the same shape, or (outer, inner) for LSE.

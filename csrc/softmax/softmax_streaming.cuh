@@ -5,7 +5,7 @@
 //   online:    reduce(State) -> normalize                       2 reads + 1 write (Milakov & Gimelshein)
 //   logsumexp: reduce(State) -> finalize (rows of one chunk: reduce only)  1 read
 // Work items are (row, chunk) pairs, item = row * chunks + chunk, so a few long rows still fill the GPU;
-// per-item partials live in a workspace (part_m, part_d) between the launches.
+// per-item partials live in a workspace (part_m, part_d) between the launches (none for logsumexp of one-chunk rows).
 #include "common/grid_dependency.cuh"
 #include "softmax/online_math.cuh"
 

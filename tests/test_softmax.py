@@ -378,11 +378,12 @@ def _run_special(x, what, ops=ROW_OPS):
         assert_special_match(op(x, -1), base(x, -1), ref(x, -1), f"{op.__name__} special values {what}")
 
 
-# Odd lengths reach the scalar paths; 128 and 1024 the vectorized warp-per-row instantiations (16-byte rows),
-# including the one specialized for softmax with the safe reduction (softmax_rows.cuh); 40000 the long-row
-# kernels "auto" picks on the GPU (sm_90: pipelined or dual for softmax, the streaming reduce for logsumexp).
+# Odd lengths reach the scalar paths; 128 and 1024 the vectorized warp-per-row instantiations (16-byte rows) and 4096
+# the block kernel's, including those specialized for softmax, log_softmax and logsumexp with the safe reduction
+# (softmax_rows.cuh); 40000 the long-row kernels "auto" picks on the GPU (sm_90: pipelined or dual for softmax, the
+# streaming reduce for logsumexp).
 @pytest.mark.parametrize("layout", ["rows", "columns"])
-@pytest.mark.parametrize("length", [1, 7, 97, 128, 1024, 1025, 4097, 40_000])
+@pytest.mark.parametrize("length", [1, 7, 97, 128, 1024, 1025, 4096, 4097, 40_000])
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("device", DEVICES)

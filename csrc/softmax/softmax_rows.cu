@@ -30,6 +30,12 @@ template <typename T, int kVpl, bool kAligned> RowsKernel<T> warp_kernel_of(Fixe
   switch (fixed) {
     case FixedRows::SafeSoftmax: return softmax_warp_rows_kernel<T, kVpl, kAligned, FixedRows::SafeSoftmax>;
     case FixedRows::SafeLogSoftmax: return softmax_warp_rows_kernel<T, kVpl, kAligned, FixedRows::SafeLogSoftmax>;
+    case FixedRows::SafeLogSumExp:  // aligned rows only (launch_warp_rows)
+      if constexpr (kAligned) {
+        return softmax_warp_rows_kernel<T, kVpl, true, FixedRows::SafeLogSumExp>;
+      } else {
+        return nullptr;
+      }
     default: return softmax_warp_rows_kernel<T, kVpl, kAligned>;
   }
 }
@@ -83,9 +89,14 @@ template <typename T> RowsKernel<T> select_warp_kernel(int vpl, bool aligned, bo
   return k;
 }
 
-template <typename T> RowsKernel<T> select_block_kernel(int vpt, bool aligned) {
+// lse: the instantiation fixed to logsumexp of whole rows (kLse), compiled at the large size only (what "auto" takes).
+template <typename T> RowsKernel<T> select_block_kernel(int vpt, bool aligned, bool lse = false) {
   constexpr int kSmall = RowsTraits<T>::kSmallVpt;
   constexpr int kLarge = RowsTraits<T>::kMaxVpt;
+  if (lse && vpt == kLarge) {
+    return aligned ? softmax_block_rows_kernel<T, kLarge, true, true>
+                   : softmax_block_rows_kernel<T, kLarge, false, true>;
+  }
   if (vpt == kSmall) {
     return aligned ? softmax_block_rows_kernel<T, kSmall, true> : softmax_block_rows_kernel<T, kSmall, false>;
   }
@@ -102,6 +113,7 @@ void launch_warp_rows(const RowsParams<T>& p, int vpl, bool aligned, int grid, c
   const FixedRows fixed = p.online                                 ? FixedRows::General
                           : p.output == SoftmaxOutput::Softmax    ? FixedRows::SafeSoftmax
                           : p.output == SoftmaxOutput::LogSoftmax ? FixedRows::SafeLogSoftmax
+                          : aligned                               ? FixedRows::SafeLogSumExp
                                                                   : FixedRows::General;
   // Element pairs (pair_group.cuh) for unaligned softmax and log_softmax rows where they paid (pair_rows_pay), when
   // the output's pairs lie on the input's and every row's pairs fit (an odd-length row's shift alternates: count
@@ -120,8 +132,9 @@ template <typename T> int block_rows_blocks_per_sm(int vpt, bool aligned, int th
 
 template <typename T>
 void launch_block_rows(const RowsParams<T>& p, int vpt, bool aligned, int threads, int grid, cudaStream_t stream) {
-  const RowsKernel<T> k = select_block_kernel<T>(vpt, aligned);
   const size_t smem = aligned ? static_cast<size_t>(threads) * p.smem_vecs * 16 : 0;
+  const bool lse = p.output == SoftmaxOutput::LogSumExp && p.chunks == 1 && !p.online && smem == 0;
+  const RowsKernel<T> k = select_block_kernel<T>(vpt, aligned, lse);
   allow_dynamic_smem(k, smem);
   // Split-row blocks (chunks > 1) wait for each other: a cooperative launch.
   launch_kernel(k, grid, threads, smem, stream, p.chunks == 1 ? LaunchKind::Plain : LaunchKind::Cooperative, p);

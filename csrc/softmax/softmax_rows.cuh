@@ -57,14 +57,14 @@ __device__ __forceinline__ OnlineState<acc_t<T>> team_row(acc_t<T> (&v)[kVpl][Ro
 // shared memory as one span ran slower still (fp32 32.0 us, 65536x129 46.7, 16384x1023 57.2; NOTES "s59 call
 // 3"). Register bound: ptxas left alone keeps the vector variants spill-free at <= 48 registers, but spilled
 // the 32-scalar variants; the unaligned ones take scalar_rows_min_blocks (softmax_launch.h) for that.
-// kFixed (not General): launched only for softmax or log_softmax with the max-then-sum reduction (what "auto"
-// runs on these rows), so neither the output nor the reduction is a run-time choice. Why: in a one-wave call
-// every instruction between the loads and the stores shows, and the run-time choices (the online branch, the
-// output's selects and paths) nearly double the body: bf16, 2 vectors per lane, 488 SASS instructions against
-// 280 (sm_90a). H100 probe s25, bf16 65536x128: 12.6-12.8 us against 12.8-13.2 (a same-size copy 12.2-12.4).
+// kFixed (not General): launched only for softmax, log_softmax or (aligned rows) logsumexp with the max-then-sum
+// reduction (what "auto" runs on these rows), so neither the output nor the reduction is a run-time choice. Why: in
+// a one-wave call every instruction between the loads and the stores shows, and the run-time choices (the online
+// branch, the output's selects and paths) nearly double the body: bf16, 2 vectors per lane, 488 SASS instructions
+// against 280 (sm_90a). H100 probe s25, bf16 65536x128: 12.6-12.8 us against 12.8-13.2 (a same-size copy 12.2-12.4).
 // Scalar rows take it too, but for fp32 at 8 vectors per lane (softmax_rows.cu says why).
 // The output and reduction a warp-rows instantiation fixes at compile time (General: both read from p).
-enum class FixedRows { General, SafeSoftmax, SafeLogSoftmax };
+enum class FixedRows { General, SafeSoftmax, SafeLogSoftmax, SafeLogSumExp };
 template <typename T, int kVpl, bool kAligned, FixedRows kFixed = FixedRows::General, bool kPairs = false>
 __global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? 0 : scalar_rows_min_blocks<T>(kVpl))
     softmax_warp_rows_kernel(const RowsParams<T> p) {
@@ -80,6 +80,7 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? 0 : scalar_rows_m
   const int rows_per_block = kWarpRowsThreads >> lanes_log2;
   const SoftmaxOutput output = kFixed == FixedRows::SafeSoftmax      ? SoftmaxOutput::Softmax
                                : kFixed == FixedRows::SafeLogSoftmax ? SoftmaxOutput::LogSoftmax
+                               : kFixed == FixedRows::SafeLogSumExp  ? SoftmaxOutput::LogSumExp
                                                                      : p.output;
   const bool online = kFixed == FixedRows::General ? p.online : false;
   // The 16-bit fast exponential (ShiftedExp) on every row but the general instantiation's element-wise ones, where
@@ -130,7 +131,12 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? 0 : scalar_rows_m
 // chunk's (m, d) and merges the row's partials (reduce_row_state) before normalizing from on-chip data.
 // Bounds (1024, 1): at most 64 registers, so two 512-thread split blocks share an SM; without the explicit 1,
 // ptxas for sm_80 traded small spills for more occupancy.
-template <typename T, int kVpt, bool kAligned>
+// kLse: launched only for logsumexp of whole rows (chunks == 1) with the max-then-sum reduction and no shared-memory
+// vectors (what "auto" runs), so none of those is a run-time choice (the warp kernel's kFixed, for the block kernel).
+// Registers bf16 64 -> 52; with the warp kernel's SafeLogSumExp (bf16 57 -> 48, fp32 63 -> 48), H200 s82 call 1, us
+// cold: bf16 8192x8192 45.4 -> 40.3, 4096x4096 15.1 -> 14.0, 32768x2000 45.3 -> 44.0, 16384x1024 14.5 -> 13.8;
+// fp32 4096x4096 20.6 -> 19.9 (the one loss: 4096x1000 streamed 4.1 -> 4.5 bf16, 6.2 -> 6.6 fp32).
+template <typename T, int kVpt, bool kAligned, bool kLse = false>
 __global__ void __launch_bounds__(kMaxBlockThreads, 1) softmax_block_rows_kernel(const RowsParams<T> p) {
   begin_dependent_grid();
   using A = acc_t<T>;
@@ -140,17 +146,19 @@ __global__ void __launch_bounds__(kMaxBlockThreads, 1) softmax_block_rows_kernel
   __shared__ OnlineState<A> s_state[kRowScratch];
   const int t = threadIdx.x;
   const int nt = blockDim.x;
-  const int smem_vecs = kAligned ? p.smem_vecs : 0;
-  const bool online = p.online || p.chunks > 1;
-  const bool keep_terms = p.output == SoftmaxOutput::Softmax;
+  const int smem_vecs = kAligned && !kLse ? p.smem_vecs : 0;
+  const int chunks = kLse ? 1 : p.chunks;
+  const bool online = !kLse && (p.online || chunks > 1);
+  const SoftmaxOutput output = kLse ? SoftmaxOutput::LogSumExp : p.output;
+  const bool keep_terms = output == SoftmaxOutput::Softmax;
   const int64_t chunk_elems = static_cast<int64_t>(nt) * (kVpt + smem_vecs) * kVec;
-  const int64_t items = p.rows * p.chunks;
+  const int64_t items = p.rows * chunks;
   // Element index of shared-memory slot k of this thread, relative to the chunk start.
   const int64_t smem_base = (static_cast<int64_t>(kVpt) * nt + t) * kVec;
   const int64_t smem_stride = static_cast<int64_t>(nt) * kVec;
 
   for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
-    const RowChunk chunk(item, p.chunks, chunk_elems, p.len);
+    const RowChunk chunk(item, chunks, chunk_elems, p.len);
     const int64_t row = chunk.row, first = chunk.begin;
     const T* x = p.x + row * p.len;
 
@@ -187,16 +195,16 @@ __global__ void __launch_bounds__(kMaxBlockThreads, 1) softmax_block_rows_kernel
     }
     OnlineState<A> row_state;
     if (online) {
-      row_state = reduce_row_state(p.exchange, p.chunks, row, item, OnlineState<A>{ref, local_sum}, s_state);
+      row_state = reduce_row_state(p.exchange, chunks, row, item, OnlineState<A>{ref, local_sum}, s_state);
     } else {
       row_state = {ref, block_allreduce(local_sum, SumOp{}, A(0), s_val)};
     }
 
-    if (p.output == SoftmaxOutput::LogSumExp) {
+    if (output == SoftmaxOutput::LogSumExp) {
       if (t == 0 && first == 0) p.y[row] = from_acc<T>(row_lse(row_state));
       continue;
     }
-    const Epilogue<A> epi(p.output, row_state, ref);
+    const Epilogue<A> epi(output, row_state, ref);
 #pragma unroll
     for (int s = 0; s < kVpt; ++s)
 #pragma unroll

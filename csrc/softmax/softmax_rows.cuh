@@ -10,6 +10,7 @@
 //   online (online == true):  one reduction of (local max, local sum) states with the merge rule.
 #include "common/grid_dependency.cuh"
 #include "softmax/online_math.cuh"
+#include "softmax/packed_lse.cuh"
 #include "softmax/pair_group.cuh"
 #include "softmax/split_exchange.cuh"
 
@@ -100,6 +101,14 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? 0 : scalar_rows_m
     const int64_t len = valid ? p.len : 0;  // an empty row reads as -inf and stores nothing
     const int64_t offset = valid ? row * p.len : 0;
 
+    if constexpr (kFixed == FixedRows::SafeLogSumExp && kFastExp<T>) {  // aligned 16-bit rows: packed_lse.cuh
+      GroupLoads<T, kVpl, true> g;
+      g.load(p.x + offset, len, 0, lanes, li);
+      const A ref = warp_allreduce(packed_max<T>(g.raw), MaxOp{}, lanes);
+      const A sum = warp_allreduce(packed_sum_exp<T>(g.raw, ref), SumOp{}, lanes);
+      if (valid && li == 0) p.y[row] = from_acc<T>(row_lse(OnlineState<A>{ref, sum}));
+      continue;
+    }
     A v[kVpl][kVec];
     int d = 0;  // pairs: the row's shift on the pair grid, the output row's as well (the host checks)
     if constexpr (kPairs) {
@@ -161,6 +170,14 @@ __global__ void __launch_bounds__(kMaxBlockThreads, 1) softmax_block_rows_kernel
     const RowChunk chunk(item, chunks, chunk_elems, p.len);
     const int64_t row = chunk.row, first = chunk.begin;
     const T* x = p.x + row * p.len;
+    if constexpr (kLse && kAligned && kFastExp<T>) {  // whole aligned 16-bit rows: packed_lse.cuh
+      GroupLoads<T, kVpt, true> g;
+      g.load(x, p.len, 0, nt, t);
+      const A ref = block_allreduce(packed_max<T>(g.raw), MaxOp{}, neg_inf<A>(), s_val);
+      const A sum = block_allreduce(packed_sum_exp<T>(g.raw, ref), SumOp{}, A(0), s_val);
+      if (t == 0) p.y[row] = from_acc<T>(row_lse(OnlineState<A>{ref, sum}));
+      continue;
+    }
 
     // Shared-memory slots first: the async copies stream in while the register slots load.
     for (int k = 0; k < smem_vecs; ++k) {

@@ -145,8 +145,11 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? 0 : scalar_rows_m
 // Registers bf16 64 -> 52; with the warp kernel's SafeLogSumExp (bf16 57 -> 48, fp32 63 -> 48), H200 s82 call 1, us
 // cold: bf16 8192x8192 45.4 -> 40.3, 4096x4096 15.1 -> 14.0, 32768x2000 45.3 -> 44.0, 16384x1024 14.5 -> 13.8;
 // fp32 4096x4096 20.6 -> 19.9 (the one loss: 4096x1000 streamed 4.1 -> 4.5 bf16, 6.2 -> 6.6 fp32).
+// kLse on aligned 16-bit rows (packed_lse.cuh) is bounded to 32 registers (2 blocks of 1024), which it fits without
+// spills: its blocks of 64-256 threads are then limited by the SM's 64 warps rather than its registers (53: 38 warps).
 template <typename T, int kVpt, bool kAligned, bool kLse = false>
-__global__ void __launch_bounds__(kMaxBlockThreads, 1) softmax_block_rows_kernel(const RowsParams<T> p) {
+__global__ void __launch_bounds__(kMaxBlockThreads, kLse && kAligned && kFastExp<T> ? 2 : 1)
+    softmax_block_rows_kernel(const RowsParams<T> p) {
   begin_dependent_grid();
   using A = acc_t<T>;
   constexpr int kVec = RowsTraits<T>::kVec;

@@ -397,7 +397,8 @@ struct RowChunk {
 };
 
 // load_group's loads kept raw: the streaming reduce issues the next group's loads before it folds this one and unpacks
-// them only as it folds them, since a conversion right behind a load waits for it there. (load_group below keeps its
+// them only as it folds them, since a conversion right behind a load waits for it there; logsumexp's 16-bit row
+// kernels reduce them packed (packed_lse.cuh). (load_group below keeps its
 // own copy of this mapping and unpacks as it loads: the row kernels' code as measured. Built on this, their registers
 // moved by -8 to +6; with only its scalar path on it, the 16-bit scalar warp kernels' by +1 to +3; local ptxas, s80.)
 template <typename T, int kN, bool kAligned> struct GroupLoads;

@@ -1,6 +1,7 @@
 // Launchers of the row-cached kernels: map (vectors per thread, aligned) onto the compiled instantiations.
 // Instantiated per dtype: warp kernel for 1, 2, 4 (and 8 when RowsTraits allows) vectors per lane, block
-// kernel for RowsTraits' small and large vectors per thread, each aligned and scalar.
+// kernel for RowsTraits' small and large vectors per thread, each aligned and scalar (and at the large size the
+// block kernel fixed to logsumexp, kLse).
 #include <type_traits>
 
 #include <c10/util/Exception.h>
@@ -21,7 +22,8 @@ template <typename T> using RowsKernel = void (*)(RowsParams<T>);
 template <typename T> constexpr bool scalar_rows_general_only(int vpl) { return std::is_same_v<T, float> && vpl == 8; }
 
 // fixed: the instantiation specialized for softmax or log_softmax with the max-then-sum reduction
-// (softmax_warp_rows_kernel's kFixed), for aligned and scalar rows, except where scalar_rows_general_only. Why scalar
+// (softmax_warp_rows_kernel's kFixed), for aligned and scalar rows, except where scalar_rows_general_only; for
+// logsumexp, aligned rows only. Why scalar
 // rows too: those kernels issue an instruction nearly every cycle (ncu, fp32 65536x127: 0.87 issued warps per scheduler
 // against torch's 0.72), so the run-time output and reduction choices show. H200, s60 call 2, softmax, us cold /
 // streamed, general -> specialized: bf16 65536x127 22.1 / 19.2 -> 20.3 / 17.5, 16384x1023 35.7 / 34.3 -> 33.5 / 32.0;

@@ -56,7 +56,7 @@ __device__ __forceinline__ OnlineState<acc_t<T>> team_row(acc_t<T> (&v)[kVpl][Ro
 // such a row may need one more vector than its length fills, which doubled the vectors per lane of 127-element
 // fp32 rows (65536x127: 35.7 us against 23.9 element-wise on the H200), and staging a block's rows through
 // shared memory as one span ran slower still (fp32 32.0 us, 65536x129 46.7, 16384x1023 57.2; NOTES "s59 call
-// 3"). Register bound: ptxas left alone keeps the vector variants spill-free at <= 48 registers, but spilled
+// 3"). Register bound: ptxas left alone keeps the vector variants spill-free (at most 63 registers), but spilled
 // the 32-scalar variants; the unaligned ones take scalar_rows_min_blocks (softmax_launch.h) for that.
 // kFixed (not General): launched only for softmax, log_softmax or (aligned rows) logsumexp with the max-then-sum
 // reduction (what "auto" runs on these rows), so neither the output nor the reduction is a run-time choice. Why: in
@@ -139,14 +139,15 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? 0 : scalar_rows_m
 // chunks == 1: block-per-row, no workspace. chunks > 1: split-row, always online; each block publishes its
 // chunk's (m, d) and merges the row's partials (reduce_row_state) before normalizing from on-chip data.
 // Bounds (1024, 1): at most 64 registers, so two 512-thread split blocks share an SM; without the explicit 1,
-// ptxas for sm_80 traded small spills for more occupancy.
+// ptxas for sm_80 traded small spills for more occupancy. kLse on aligned 16-bit rows takes (1024, 2), below.
 // kLse: launched only for logsumexp of whole rows (chunks == 1) with the max-then-sum reduction and no shared-memory
 // vectors (what "auto" runs), so none of those is a run-time choice (the warp kernel's kFixed, for the block kernel).
-// Registers bf16 64 -> 52; with the warp kernel's SafeLogSumExp (bf16 57 -> 48, fp32 63 -> 48), H200 s82 call 1, us
-// cold: bf16 8192x8192 45.4 -> 40.3, 4096x4096 15.1 -> 14.0, 32768x2000 45.3 -> 44.0, 16384x1024 14.5 -> 13.8;
-// fp32 4096x4096 20.6 -> 19.9 (the one loss: 4096x1000 streamed 4.1 -> 4.5 bf16, 6.2 -> 6.6 fp32).
-// kLse on aligned 16-bit rows (packed_lse.cuh) is bounded to 32 registers (2 blocks of 1024), which it fits without
-// spills: its blocks of 64-256 threads are then limited by the SM's 64 warps rather than its registers (53: 38 warps).
+// As a first step (7eb13b2) that took the bf16 registers 64 -> 52 and, with the warp kernel's SafeLogSumExp (bf16
+// 57 -> 48, fp32 63 -> 48), H200 s82 call 1, us cold: bf16 8192x8192 45.4 -> 40.3, 4096x4096 15.1 -> 14.0, 32768x2000
+// 45.3 -> 44.0, 16384x1024 14.5 -> 13.8; fp32 4096x4096 20.6 -> 19.9 (the one loss: 4096x1000 streamed 4.1 -> 4.5
+// bf16, 6.2 -> 6.6 fp32). On aligned 16-bit rows kLse then reduces raw vectors (packed_lse.cuh; 53 registers), and
+// fits 32 without spills, so it is bounded there (2 blocks of 1024): 53 registers (allocated as 56) held an SM to 36
+// warps, 32 with 256-thread blocks; at 32 its blocks are limited by the SM's 64 warps (or 32 blocks) instead.
 template <typename T, int kVpt, bool kAligned, bool kLse = false>
 __global__ void __launch_bounds__(kMaxBlockThreads, kLse && kAligned && kFastExp<T> ? 2 : 1)
     softmax_block_rows_kernel(const RowsParams<T> p) {
@@ -179,70 +180,69 @@ __global__ void __launch_bounds__(kMaxBlockThreads, kLse && kAligned && kFastExp
       const A ref = block_allreduce(packed_max<T>(g.raw), MaxOp{}, neg_inf<A>(), s_val);
       const A sum = block_allreduce(packed_sum_exp<T>(g.raw, ref), SumOp{}, A(0), s_val);
       if (t == 0) p.y[row] = from_acc<T>(row_lse(OnlineState<A>{ref, sum}));
-      continue;
-    }
-
-    // Shared-memory slots first: the async copies stream in while the register slots load.
-    for (int k = 0; k < smem_vecs; ++k) {
-      const int64_t e = first + smem_base + k * smem_stride;
-      if (e < p.len) cp_async16(&s_chunk[k * nt + t], x + e);
-    }
-    A v[kVpt][kVec];
-    const int shift = kAligned ? 0 : misalignment(x);
-    if constexpr (kAligned) {
-      load_group<T, kVpt, true>(x, p.len, first, nt, t, v);
     } else {
-      load_group_shifted<T, kVpt>(x, p.len, first, shift, nt, t, v);
-    }
-    A local_max = max_of(v);
-    if (smem_vecs > 0) {
-      cp_async_wait_all();
+      // Shared-memory slots first: the async copies stream in while the register slots load.
+      for (int k = 0; k < smem_vecs; ++k) {
+        const int64_t e = first + smem_base + k * smem_stride;
+        if (e < p.len) cp_async16(&s_chunk[k * nt + t], x + e);
+      }
+      A v[kVpt][kVec];
+      const int shift = kAligned ? 0 : misalignment(x);
+      if constexpr (kAligned) {
+        load_group<T, kVpt, true>(x, p.len, first, nt, t, v);
+      } else {
+        load_group_shifted<T, kVpt>(x, p.len, first, shift, nt, t, v);
+      }
+      A local_max = max_of(v);
+      if (smem_vecs > 0) {
+        cp_async_wait_all();
+        for (int k = 0; k < smem_vecs; ++k) {
+          if (first + smem_base + k * smem_stride >= p.len) break;
+          A w[1][kVec];
+          VecIO<T>::unpack(s_chunk[k * nt + t], w[0]);
+          local_max = amax(local_max, max_of(w));
+        }
+      }
+
+      const A ref = online ? local_max : block_allreduce(local_max, MaxOp{}, neg_inf<A>(), s_val);
+      A local_sum = sum_rescaled<kFastExp<T>, std::is_same_v<A, double>>(v, ref, keep_terms);
       for (int k = 0; k < smem_vecs; ++k) {
         if (first + smem_base + k * smem_stride >= p.len) break;
         A w[1][kVec];
         VecIO<T>::unpack(s_chunk[k * nt + t], w[0]);
-        local_max = amax(local_max, max_of(w));
+        local_sum += sum_rescaled<kFastExp<T>, std::is_same_v<A, double>>(w, ref, false);
       }
-    }
+      OnlineState<A> row_state;
+      if (online) {
+        row_state = reduce_row_state(p.exchange, chunks, row, item, OnlineState<A>{ref, local_sum}, s_state);
+      } else {
+        row_state = {ref, block_allreduce(local_sum, SumOp{}, A(0), s_val)};
+      }
 
-    const A ref = online ? local_max : block_allreduce(local_max, MaxOp{}, neg_inf<A>(), s_val);
-    A local_sum = sum_rescaled<kFastExp<T>, std::is_same_v<A, double>>(v, ref, keep_terms);
-    for (int k = 0; k < smem_vecs; ++k) {
-      if (first + smem_base + k * smem_stride >= p.len) break;
-      A w[1][kVec];
-      VecIO<T>::unpack(s_chunk[k * nt + t], w[0]);
-      local_sum += sum_rescaled<kFastExp<T>, std::is_same_v<A, double>>(w, ref, false);
-    }
-    OnlineState<A> row_state;
-    if (online) {
-      row_state = reduce_row_state(p.exchange, chunks, row, item, OnlineState<A>{ref, local_sum}, s_state);
-    } else {
-      row_state = {ref, block_allreduce(local_sum, SumOp{}, A(0), s_val)};
-    }
-
-    if (output == SoftmaxOutput::LogSumExp) {
-      if (t == 0 && first == 0) p.y[row] = from_acc<T>(row_lse(row_state));
-      continue;
-    }
-    const Epilogue<A> epi(output, row_state, ref);
+      if (output == SoftmaxOutput::LogSumExp) {
+        if (t == 0 && first == 0) p.y[row] = from_acc<T>(row_lse(row_state));
+        continue;
+      }
+      const Epilogue<A> epi(output, row_state, ref);
 #pragma unroll
-    for (int s = 0; s < kVpt; ++s)
+      for (int s = 0; s < kVpt; ++s)
 #pragma unroll
-      for (int j = 0; j < kVec; ++j) v[s][j] = epi.apply_term(v[s][j]);
-    T* y = p.y + row * p.len;
-    if constexpr (kAligned) {
-      store_group<T, kVpt, true>(y, p.len, first, nt, t, v);
-    } else {
-      store_group_shifted<T, kVpt>(y, p.len, first, shift, nt, t, v);
-    }
-    for (int k = 0; k < smem_vecs; ++k) {
-      const int64_t e = first + smem_base + k * smem_stride;
-      if (e >= p.len) break;
-      A w[kVec];
-      VecIO<T>::unpack(s_chunk[k * nt + t], w);
+        for (int j = 0; j < kVec; ++j) v[s][j] = epi.apply_term(v[s][j]);
+      T* y = p.y + row * p.len;
+      if constexpr (kAligned) {
+        store_group<T, kVpt, true>(y, p.len, first, nt, t, v);
+      } else {
+        store_group_shifted<T, kVpt>(y, p.len, first, shift, nt, t, v);
+      }
+      for (int k = 0; k < smem_vecs; ++k) {
+        const int64_t e = first + smem_base + k * smem_stride;
+        if (e >= p.len) break;
+        A w[kVec];
+        VecIO<T>::unpack(s_chunk[k * nt + t], w);
 #pragma unroll
-      for (int j = 0; j < kVec; ++j) w[j] = epi.apply(w[j], ref);
-      store16(y + e, VecIO<T>::pack(w));
+        for (int j = 0; j < kVec; ++j) w[j] = epi.apply(w[j], ref);
+        store16(y + e, VecIO<T>::pack(w));
+      }
     }
   }
 }

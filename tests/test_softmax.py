@@ -295,6 +295,23 @@ def test_wide_rows_need_the_max(device, dtype, algorithm, length, where):
         check_against_reference(op(x, -1, **kwargs), ref_fn(x, -1), torch_fn(x, -1), dtype, op.__name__)
 
 
+# logsumexp's row kernels on the GPU: aligned rows of up to 32 lanes x 4 vectors run the warp kernel fixed to logsumexp
+# (16-bit: 1, 2 and 4 vectors a lane at 8, 16 and 1024 elements), longer ones the block kernel's (2048, 4096: 64 and 128
+# threads); on 16-bit rows both reduce raw vectors, the max on packed pairs (packed_lse.cuh), so the row max is put in
+# the first element or the last vector too. 67 rows: not a multiple of a block's rows.
+@pytest.mark.parametrize("where", ["none", "first", "last"])
+@pytest.mark.parametrize("length", [8, 16, 1024, 2048, 4096])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("device", DEVICES)
+def test_logsumexp_row_kernels(device, dtype, length, where):
+    x = make_input((67, length), dtype, device)
+    if where != "none":
+        x[:, 0 if where == "first" else -1] += 100.0
+    poison(device, 67 * x.element_size())
+    check_against_reference(fae.logsumexp(x, -1), logsumexp_ref(x, -1), torch.logsumexp(x, -1), dtype,
+                            f"logsumexp 67x{length}, max {where}")
+
+
 @pytest.mark.cuda
 @requires_cuda
 @pytest.mark.parametrize("shape, dim, layout", [p for p in _cases(CUDA_CASES) if p.values[2] != "transposed"])
@@ -671,6 +688,20 @@ def test_large_magnitude_rows_cuda(dtype, shape):
 
 @pytest.mark.cuda
 @requires_cuda
+@pytest.mark.parametrize("shape", [(40, 16), (40, 1024), (40, 4096)], ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_large_magnitude_logsumexp_rows_cuda(dtype, shape):
+    # logsumexp's warp and block rows at large_magnitude_rows' magnitudes: on 16-bit rows their sums take the max into
+    # one FFMA (FusedExp2: fp16's correction near 6e4, bf16's scaled constant beyond 2^64; packed_lse.cuh).
+    x = large_magnitude_rows(shape, dtype)
+    poison("cuda", shape[0] * x.element_size())
+    out = fae.logsumexp(x, -1)
+    for r in range(shape[0]):
+        check_against_reference(out[r], logsumexp_ref(x[r], -1), torch.logsumexp(x[r], -1), dtype, f"row {r}")
+
+
+@pytest.mark.cuda
+@requires_cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
 def test_split_rows_back_to_back_cuda(dtype):
     # Long rows split across blocks, called again and again on new inputs of one shape: each call's exchange
@@ -797,6 +828,39 @@ def test_forced_configs_cuda(config):
     child = run_in_fresh_python(FORCED_CONFIG_CHECK, timeout=None, FAE_SOFTMAX_CONFIG=config)
     assert child.returncode == 0 and "checked" in child.stdout, child.stderr[-3000:]
 
+
+FORCED_LSE_ROWS_CHECK = """
+import os
+import torch
+import flash_attn_ext as fae
+import test_softmax as t
+block = os.environ["FAE_SOFTMAX_CONFIG"].startswith("kind=block")
+for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.float64):
+    vec = 16 // (torch.finfo(dtype).bits // 8)
+    # the longest row the configuration holds: a 1024-thread block of the large size (32 elements a thread, fp64 8),
+    # or 32 lanes of 4 vectors; rows enough for several items a block when bpsm=1 caps the grid at one block an SM
+    longest, rows = (1024 * (8 if dtype == torch.float64 else 32), 300) if block else (32 * 4 * vec, 3000)
+    lengths = (vec, longest // 2, longest) + ((longest // 2 + 1,) if block else ())  # block: one unaligned length
+    for length in lengths:
+        x = t.make_input((rows, length), dtype, "cuda")
+        x[::7, -1] += 100.0  # the row max in the last vector
+        t.poison("cuda", rows * x.element_size())
+        t.check_against_reference(fae.logsumexp(x, -1), t.logsumexp_ref(x, -1), torch.logsumexp(x, -1), dtype,
+                                  f"logsumexp {rows}x{length}")
+    t._run_special(t.special_rows(longest, dtype, "cuda").repeat(3, 1), f"x{longest}", t.ROW_AND_LSE_OPS[2:])
+print("checked")
+"""
+
+
+@pytest.mark.cuda
+@requires_cuda
+@pytest.mark.parametrize("config", ["kind=block,vpt=large", "kind=block,vpt=large,bpsm=1", "kind=warp,vpt=4,bpsm=1"])
+def test_forced_logsumexp_rows_cuda(config):
+    # logsumexp's fixed row kernels (SafeLogSumExp, kLse; on 16-bit rows packed_lse.cuh) where "auto" does not take
+    # them: the block kernel up to 1024 threads (sm_90 streams rows beyond 512), and grids of one block an SM that walk
+    # several row groups (the warp kernel's) or rows (the block kernel's) a block.
+    child = run_in_fresh_python(FORCED_LSE_ROWS_CHECK, timeout=None, FAE_SOFTMAX_CONFIG=config)
+    assert child.returncode == 0 and "checked" in child.stdout, child.stderr[-3000:]
 
 RESIDENT_CHECK = """
 import os

@@ -295,12 +295,13 @@ def test_wide_rows_need_the_max(device, dtype, algorithm, length, where):
         check_against_reference(op(x, -1, **kwargs), ref_fn(x, -1), torch_fn(x, -1), dtype, op.__name__)
 
 
-# logsumexp's row kernels on the GPU: aligned rows of up to 32 lanes x 4 vectors run the warp kernel fixed to logsumexp
-# (16-bit: 1, 2 and 4 vectors a lane at 8, 16 and 1024 elements), longer ones the block kernel's (2048, 4096: 64 and 128
-# threads); on 16-bit rows both reduce raw vectors, the max on packed pairs (packed_lse.cuh), so the row max is put in
-# the first element or the last vector too. 67 rows: not a multiple of a block's rows.
+# logsumexp's row kernels on the GPU: aligned rows of up to 32 lanes x kMaxVpt vectors run the warp kernel fixed to
+# logsumexp (16-bit: 1, 2 and 4 vectors a lane at 8, 16 and 1024 elements), longer ones the block kernel's (16-bit 1032
+# and 2048: 64 threads, since 67 rows are too few for test_wide_warp_logsumexp_cuda's warps; 4096: 128; fp32 2048: 64);
+# on 16-bit rows both reduce raw vectors, the max on packed pairs (packed_lse.cuh), so the row max is put in the first
+# element or the last vector too. 67 rows: not a multiple of a block's rows.
 @pytest.mark.parametrize("where", ["none", "first", "last"])
-@pytest.mark.parametrize("length", [8, 16, 1024, 2048, 4096])
+@pytest.mark.parametrize("length", [8, 16, 1024, 1032, 2048, 4096])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("device", DEVICES)
 def test_logsumexp_row_kernels(device, dtype, length, where):
@@ -693,9 +694,35 @@ def test_large_magnitude_rows_cuda(dtype, shape):
     check_logsumexp_by_row(x, dtype)
 
 
+WIDE_WARP_ROWS_PER_SM = 32  # softmax_cuda.cu: kWideWarpMinRowsPerSm
+
+
 @pytest.mark.cuda
 @requires_cuda
-@pytest.mark.parametrize("shape", [(40, 16), (40, 1024), (40, 4096)], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_wide_warp_logsumexp_cuda():
+    # logsumexp of aligned 16-bit rows of 1025-2048 elements: "auto" runs one warp a row at 8 vectors a lane where the
+    # rows give every SM 32 warps, else the block kernel's 64-thread blocks (and unaligned rows always); the row max in
+    # the last vector or the first element; and large_magnitude_rows (packed_lse.cuh's FusedExp2), row by row.
+    rows = WIDE_WARP_ROWS_PER_SM * torch.cuda.get_device_properties(0).multi_processor_count
+    for dtype, length in ((torch.bfloat16, 1032), (torch.float16, 2048), (torch.bfloat16, 2048)):
+        x = make_input((rows + 3, length), dtype, "cuda")
+        x[::7, -1] += 100.0
+        x[3::7, 0] += 100.0
+        poison("cuda", x.shape[0] * x.element_size())
+        check_against_reference(fae.logsumexp(x, -1), logsumexp_ref(x, -1), torch.logsumexp(x, -1), dtype,
+                                f"logsumexp {x.shape[0]}x{length}")
+    for dtype, length in ((torch.float16, 1032), (torch.bfloat16, 2048)):
+        check_logsumexp_by_row(large_magnitude_rows((rows, length), dtype), dtype)
+    expected = [((rows, 2048), "bfloat16", "warp,lanes=32,vpt=8"), ((rows, 1032), "float16", "warp,lanes=32,vpt=8"),
+                ((rows - 1, 2048), "bfloat16", "block"), ((rows, 2047), "bfloat16", "block"),
+                ((rows, 2056), "bfloat16", "block")]
+    for ((r, cols), dtype, kind), line in zip(expected, _auto_plans(expected, "logsumexp")):
+        assert re.search(rf"plan: {r}x{cols} kind={kind},", line), (dtype, line)
+
+
+@pytest.mark.cuda
+@requires_cuda
+@pytest.mark.parametrize("shape", [(40, 16), (40, 1024), (40, 2048), (40, 4096)], ids=lambda s: f"{s[0]}x{s[1]}")
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 def test_large_magnitude_logsumexp_rows_cuda(dtype, shape):
     # logsumexp's warp and block rows at large_magnitude_rows' magnitudes: on 16-bit rows their sums take the max into
@@ -837,12 +864,16 @@ import os
 import torch
 import flash_attn_ext as fae
 import test_softmax as t
-block = os.environ["FAE_SOFTMAX_CONFIG"].startswith("kind=block")
+config = os.environ["FAE_SOFTMAX_CONFIG"]
+block = config.startswith("kind=block")
+vpl = None if block else int(config.split("vpt=")[1].split(",")[0])
 for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.float64):
     vec = 16 // (torch.finfo(dtype).bits // 8)
+    if vpl == 8 and dtype == torch.float64:
+        continue  # no fp64 warp kernel of 8 vectors a lane
     # the longest row the configuration holds: a 1024-thread block of the large size (32 elements a thread, fp64 8),
-    # or 32 lanes of 4 vectors; rows enough for several items a block when bpsm=1 caps the grid at one block an SM
-    longest, rows = (1024 * (8 if dtype == torch.float64 else 32), 300) if block else (32 * 4 * vec, 3000)
+    # or 32 lanes of vpl vectors; rows enough for several items a block when bpsm=1 caps the grid at one block an SM
+    longest, rows = (1024 * (8 if dtype == torch.float64 else 32), 300) if block else (32 * vpl * vec, 3000)
     lengths = (vec, longest // 2, longest) + ((longest // 2 + 1,) if block else ())  # block: one unaligned length
     for length in lengths:
         x = t.make_input((rows, length), dtype, "cuda")
@@ -857,7 +888,8 @@ print("checked")
 
 @pytest.mark.cuda
 @requires_cuda
-@pytest.mark.parametrize("config", ["kind=block,vpt=large", "kind=block,vpt=large,bpsm=1", "kind=warp,vpt=4,bpsm=1"])
+@pytest.mark.parametrize("config", ["kind=block,vpt=large", "kind=block,vpt=large,bpsm=1", "kind=warp,vpt=4,bpsm=1",
+                                    "kind=warp,vpt=8,bpsm=1"])
 def test_forced_logsumexp_rows_cuda(config):
     # logsumexp's fixed row kernels (SafeLogSumExp, kLse; on 16-bit rows packed_lse.cuh) where "auto" does not take
     # them: the block kernel up to 1024 threads (sm_90 streams rows beyond 512), and grids of one block an SM that walk
@@ -1048,7 +1080,7 @@ RESIDENT_ROUTING_CHECK = """
 import torch
 import flash_attn_ext as fae
 for shape, dtype in SHAPES:
-    fae.softmax(torch.randn(*shape, device="cuda", dtype=getattr(torch, dtype)), -1)
+    fae.OP(torch.randn(*shape, device="cuda", dtype=getattr(torch, dtype)), -1)
 torch.cuda.synchronize()
 print("checked")
 """
@@ -1086,10 +1118,11 @@ def _large_sm90_sms(kernel):
     return sms
 
 
-def _auto_plans(expected):
-    # The plan line "auto" prints (FAE_SOFTMAX_LOG_PLAN) for each (shape, dtype name, ...) of expected, from softmax in
-    # a child process.
+def _auto_plans(expected, op="softmax"):
+    # The plan line "auto" prints (FAE_SOFTMAX_LOG_PLAN) for each (shape, dtype name, ...) of expected, from op (a
+    # name in flash_attn_ext) in a child process.
     code = RESIDENT_ROUTING_CHECK.replace("SHAPES", repr([(shape, dtype) for shape, dtype, *_ in expected]))
+    code = code.replace("OP", op)
     child = run_in_fresh_python(code, timeout=None, FAE_SOFTMAX_LOG_PLAN="1")
     assert child.returncode == 0 and "checked" in child.stdout, child.stderr[-3000:]
     plans = [line for line in child.stderr.splitlines() if line.startswith("flash_attn_ext softmax plan:")]
@@ -1210,6 +1243,16 @@ def test_forced_config_errors_cuda(config, message):
     out = softmax_error_in_fresh_process("torch.randn(64, 128, device='cuda')", -1, "RuntimeError",
                                          FAE_SOFTMAX_CONFIG=config)
     assert "raised:" in out and message in out, out
+
+
+@pytest.mark.cuda
+@requires_cuda
+def test_forced_warp_vpt_beyond_the_op_errors_cuda():
+    # 8 vectors a lane are compiled for 16-bit rows only for logsumexp of aligned rows (warp_max_vpl): bf16 softmax
+    # forced there is an error naming it, not a launch without a kernel.
+    out = softmax_error_in_fresh_process("torch.randn(64, 1024, device='cuda', dtype=torch.bfloat16)", -1,
+                                         "RuntimeError", FAE_SOFTMAX_CONFIG="kind=warp,vpt=8")
+    assert "raised:" in out and "largest compiled warp kernel" in out, out
 
 
 @pytest.mark.cuda

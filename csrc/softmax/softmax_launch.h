@@ -38,6 +38,15 @@ template <typename T> struct RowsTraits {
   static_assert(kSmallVpt >= 1, "block kernels need a small size of at least one vector");
 };
 
+// The most vectors a lane the warp kernel holds for an output and alignment: RowsTraits' kMaxVpt, and 8 for logsumexp
+// of aligned 16-bit rows, whose lanes keep them raw (packed_lse.cuh: 8 vectors in 32 registers), so rows of up to 2048
+// elements can run on one warp each instead of the block kernel's 64-thread blocks (two block reductions a row);
+// heuristic_plan gives them the warp only where there are rows enough (kWideWarpMinRowsPerSm).
+template <typename T> constexpr int kLseWarpMaxVpl = sizeof(T) == 2 ? 8 : RowsTraits<T>::kMaxVpt;
+template <typename T> constexpr int warp_max_vpl(SoftmaxOutput output, bool aligned) {
+  return output == SoftmaxOutput::LogSumExp && aligned ? kLseWarpMaxVpl<T> : RowsTraits<T>::kMaxVpt;
+}
+
 constexpr int kWarpRowsThreads = 256;    // warp-per-row kernel: 8 warps per block
 // Scalar (unaligned) warp rows of more than 8 values per lane run on whole warps: a compile-time team width
 // turns every element offset into an immediate, which keeps those variants out of spills and ran them faster

@@ -1,5 +1,6 @@
 // Launchers of the row-cached kernels: map (vectors per thread, aligned) onto the compiled instantiations.
-// Instantiated per dtype: warp kernel for 1, 2, 4 (and 8 when RowsTraits allows) vectors per lane, block
+// Instantiated per dtype: warp kernel for 1, 2, 4 (and 8 where RowsTraits allows, and for logsumexp of aligned 16-bit
+// rows: kLseWarpMaxVpl) vectors per lane, block
 // kernel for RowsTraits' small and large vectors per thread, each aligned and scalar (and at the large size the
 // block kernel fixed to logsumexp, kLse).
 #include <type_traits>
@@ -73,6 +74,10 @@ template <typename T, int kVpl> RowsKernel<T> warp_kernel(bool aligned, bool pai
     } else {
       return warp_kernel_of<T, kVpl, false>(fixed);
     }
+  } else if constexpr (kVpl <= kLseWarpMaxVpl<T>) {  // logsumexp of aligned 16-bit rows only (warp_max_vpl)
+    return aligned && fixed == FixedRows::SafeLogSumExp
+               ? softmax_warp_rows_kernel<T, kVpl, true, FixedRows::SafeLogSumExp>
+               : nullptr;
   } else {
     return nullptr;
   }

@@ -897,6 +897,7 @@ def test_forced_logsumexp_rows_cuda(config):
     child = run_in_fresh_python(FORCED_LSE_ROWS_CHECK, timeout=None, FAE_SOFTMAX_CONFIG=config)
     assert child.returncode == 0 and "checked" in child.stdout, child.stderr[-3000:]
 
+
 RESIDENT_CHECK = """
 import os
 import torch
@@ -1080,7 +1081,7 @@ RESIDENT_ROUTING_CHECK = """
 import torch
 import flash_attn_ext as fae
 for shape, dtype in SHAPES:
-    fae.OP(torch.randn(*shape, device="cuda", dtype=getattr(torch, dtype)), -1)
+    getattr(fae, ROW_OP)(torch.randn(*shape, device="cuda", dtype=getattr(torch, dtype)), -1)
 torch.cuda.synchronize()
 print("checked")
 """
@@ -1122,7 +1123,7 @@ def _auto_plans(expected, op="softmax"):
     # The plan line "auto" prints (FAE_SOFTMAX_LOG_PLAN) for each (shape, dtype name, ...) of expected, from op (a
     # name in flash_attn_ext) in a child process.
     code = RESIDENT_ROUTING_CHECK.replace("SHAPES", repr([(shape, dtype) for shape, dtype, *_ in expected]))
-    code = code.replace("OP", op)
+    code = code.replace("ROW_OP", repr(op))
     child = run_in_fresh_python(code, timeout=None, FAE_SOFTMAX_LOG_PLAN="1")
     assert child.returncode == 0 and "checked" in child.stdout, child.stderr[-3000:]
     plans = [line for line in child.stderr.splitlines() if line.startswith("flash_attn_ext softmax plan:")]

@@ -469,11 +469,11 @@ def test_rejects_dim_out_of_range(device, op, shape, dim):
         op(x, dim)
 
 
-def softmax_error_in_fresh_process(x_expr: str, dim: int, exception: str, **env_vars) -> str:
-    """fae.softmax(x_expr, dim) as the first call of a fresh interpreter, expecting `exception`: the child's
+def softmax_error_in_fresh_process(x_expr: str, dim: int, exception: str, op: str = "softmax", **env_vars) -> str:
+    """fae.<op>(x_expr, dim) as the first call of a fresh interpreter, expecting `exception`: the child's
     stdout ("raised: <message>" when it was raised), after checking the child itself did not crash."""
     code = (f"import torch, flash_attn_ext as fae\nx = {x_expr}\n"
-            f"try:\n    fae.softmax(x, {dim})\nexcept {exception} as e:\n    print('raised:', e)\n")
+            f"try:\n    fae.{op}(x, {dim})\nexcept {exception} as e:\n    print('raised:', e)\n")
     child = run_in_fresh_python(code, **env_vars)
     assert child.returncode == 0, (child.returncode, child.stderr[-3000:])
     return child.stdout
@@ -898,6 +898,48 @@ def test_forced_logsumexp_rows_cuda(config):
     assert child.returncode == 0 and "checked" in child.stdout, child.stderr[-3000:]
 
 
+DEAD_VECTORS_CHECK = """
+import os
+import torch
+import flash_attn_ext as fae
+import test_softmax as t
+split = os.environ["FAE_SOFTMAX_CONFIG"].startswith("kind=split")
+for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.float64):
+    vec = 16 // (torch.finfo(dtype).bits // 8)
+    step = 256 * vec  # one vector of every thread of the 256
+    group = step * (8 if dtype == torch.float32 else 4)  # the large size's vectors a thread: fp32 8, else 4
+    if split:  # a row in 2 or 3 chunks of a group, the last part-filled
+        lengths = (group + vec, group + 97, 2 * group + group // 2 + 3)
+    else:  # 1 to all of a thread's vectors live; 2 * step - 1: the row's shift alone puts elements in the third
+        lengths = (1, 7, 97, step, step + 1, 2 * step - 1, 1025, group // 2 + 3, group - vec + 1, group)
+    for length in lengths:
+        inputs = [(t.make_input((37, length), dtype, "cuda"), "")]
+        if split or length != group:  # an unaligned row of a whole group needs one vector more than 256 threads hold
+            # an input 1 element past the grid: its rows and the fresh output's on different grids
+            inputs.append((t.make_input((37 * length + 1,), dtype, "cuda")[1:].view(37, length), " at +1"))
+        for algorithm in ("safe", "online"):
+            for op, ref_fn, torch_fn in t.ROW_AND_LSE_OPS:
+                for inp, where in inputs:
+                    t.poison("cuda", 37 * (1 if op is fae.logsumexp else length) * inp.element_size())
+                    out = op(inp, -1) if op is fae.logsumexp else op(inp, -1, algorithm=algorithm)
+                    t.check_against_reference(out, ref_fn(inp, -1), torch_fn(inp, -1), dtype,
+                                              f"{op.__name__} {algorithm} 37x{length}{where}")
+    t._run_special(t.special_rows(lengths[-2], dtype, "cuda").repeat(3, 1), f"x{lengths[-2]}", t.ROW_AND_LSE_OPS)
+print("checked")
+"""
+
+
+@pytest.mark.cuda
+@requires_cuda
+@pytest.mark.parametrize("config", ["kind=block,vpt=large,threads=256", "kind=split,vpt=large,threads=256"])
+def test_forced_block_dead_vectors_cuda(config):
+    # The block and split kernels skip the vectors that lie past the row's end in every thread (live_vectors): forced
+    # onto 256 threads, rows that fill one to all of a thread's vectors, and split rows whose last chunk is part-filled;
+    # softmax and log_softmax (safe and online) and logsumexp, every output element against fp64 after poisoning.
+    child = run_in_fresh_python(DEAD_VECTORS_CHECK, timeout=None, FAE_SOFTMAX_CONFIG=config)
+    assert child.returncode == 0 and "checked" in child.stdout, child.stderr[-3000:]
+
+
 RESIDENT_CHECK = """
 import os
 import torch
@@ -1249,11 +1291,14 @@ def test_forced_config_errors_cuda(config, message):
 @pytest.mark.cuda
 @requires_cuda
 def test_forced_warp_vpt_beyond_the_op_errors_cuda():
-    # 8 vectors a lane are compiled for 16-bit rows only for logsumexp of aligned rows (warp_max_vpl): bf16 softmax
-    # forced there is an error naming it, not a launch without a kernel.
-    out = softmax_error_in_fresh_process("torch.randn(64, 1024, device='cuda', dtype=torch.bfloat16)", -1,
-                                         "RuntimeError", FAE_SOFTMAX_CONFIG="kind=warp,vpt=8")
-    assert "raised:" in out and "largest compiled warp kernel" in out, out
+    # 8 vectors a lane are compiled for 16-bit rows only for logsumexp of aligned rows (warp_max_vpl), and not for
+    # fp64 at all: bf16 softmax, logsumexp of odd-length bf16 rows and fp64 logsumexp forced there are errors naming
+    # it, not launches without a kernel.
+    for x_expr, op in (("torch.randn(64, 1024, device='cuda', dtype=torch.bfloat16)", "softmax"),
+                       ("torch.randn(64, 1023, device='cuda', dtype=torch.bfloat16)", "logsumexp"),
+                       ("torch.randn(64, 256, device='cuda', dtype=torch.float64)", "logsumexp")):
+        out = softmax_error_in_fresh_process(x_expr, -1, "RuntimeError", op, FAE_SOFTMAX_CONFIG="kind=warp,vpt=8")
+        assert "raised:" in out and "largest compiled warp kernel" in out, (op, x_expr, out)
 
 
 @pytest.mark.cuda

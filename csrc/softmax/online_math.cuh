@@ -147,20 +147,24 @@ struct FusedExp2 {
 // rescale(v, ref): its a == m guard put a branch and a convergence barrier around every fp32 exponential
 // (SASS, s61 call 5), and these kernels are bound by instruction issue on short rows. kGuarded keeps
 // rescale's form: where the exponentials, no longer behind a branch each, overlap and the registers run out
-// (ptxas spilled the 32-value element-wise warp rows and fp64 block rows).
+// (ptxas spilled the 32-value element-wise warp rows and fp64 block rows). `live` (here, in store_group and in
+// store_group_shifted): the leading vectors that can hold elements, a count uniform over the block (live_vectors);
+// the others are skipped: neither summed (nor kept) nor stored. The default, kN, folds away at compile time.
 template <bool kFast, bool kGuarded = false, typename A, int kN, int kM>
-__device__ __forceinline__ A sum_rescaled(A (&v)[kN][kM], A ref, bool keep) {
+__device__ __forceinline__ A sum_rescaled(A (&v)[kN][kM], A ref, bool keep, int live = kN) {
   static_assert(!(kFast && kGuarded), "the fast exponential has no guard");
   const ShiftedExp<A, kFast> e(ref);
   A sum = A(0);
 #pragma unroll
-  for (int i = 0; i < kN; ++i)
+  for (int i = 0; i < kN; ++i) {
+    if (i >= live) break;
 #pragma unroll
     for (int j = 0; j < kM; ++j) {
       const A term = kGuarded ? rescale(v[i][j], ref) : e(v[i][j]);
       sum += term;
       if (keep) v[i][j] = term;
     }
+  }
   return sum;
 }
 
@@ -476,7 +480,7 @@ __device__ __forceinline__ void load_group(const T* row, int64_t len, int64_t fi
 
 template <typename T, int kN, bool kAligned>
 __device__ __forceinline__ void store_group(T* row, int64_t len, int64_t first, int nt, int t,
-                                            const acc_t<T> (&v)[kN][RowsTraits<T>::kVec]) {
+                                            const acc_t<T> (&v)[kN][RowsTraits<T>::kVec], int live = kN) {
   constexpr int kVec = RowsTraits<T>::kVec;
   if constexpr (kAligned) {
     const int64_t base = first + static_cast<int64_t>(t) * kVec;
@@ -485,6 +489,7 @@ __device__ __forceinline__ void store_group(T* row, int64_t len, int64_t first, 
     T* ptr = row + base;
 #pragma unroll
     for (int s = 0; s < kN; ++s) {
+      if (s >= live) break;
       if (s * stride < rem) store16(ptr + s * stride, VecIO<T>::pack(v[s]));
     }
   } else {
@@ -492,12 +497,14 @@ __device__ __forceinline__ void store_group(T* row, int64_t len, int64_t first, 
     const int rem = remaining(len, base);
     T* ptr = row + base;
 #pragma unroll
-    for (int s = 0; s < kN; ++s)
+    for (int s = 0; s < kN; ++s) {
+      if (s >= live) break;
 #pragma unroll
       for (int j = 0; j < kVec; ++j) {
         const int off = (s * kVec + j) * nt;
         if (off < rem) ptr[off] = from_acc<T>(v[s][j]);
       }
+    }
   }
 }
 
@@ -526,6 +533,21 @@ struct ShiftedBounds {
       : lo(first == 0 ? d : 0), hi(remaining(len + d, first)) {}
   __device__ __forceinline__ bool inside(int o) const { return o >= lo && o < hi; }
 };
+
+// The live count (see sum_rescaled) of a group of kN vectors a thread, vector s of every thread at group offsets
+// [s * nt * vec, (s + 1) * nt * vec), whose span from its start holds `rest` elements of the row (remaining()):
+// the vectors that start at or past the row's end in every thread are dead. Why: the block row kernel's groups of 8
+// fp32 vectors (16-bit: 4) a thread leave up to nearly half of them dead on rows just past a block size (fp32 rows of
+// 1025-1028 elements, 257-258 vectors on 64 threads: 5 of 8 live), and that loop is bound by instruction issue (ncu,
+// s83 call 7: fp32 65536x1025 and 65536x1028, 84 % and 81 % of issue slots busy), where a dead vector's -inf costs
+// what a live vector costs. Compares, not a division: one per vector.
+template <int kN> __device__ __forceinline__ int live_vectors(int rest, int nt, int vec) {
+  const int per_vector = nt * vec;  // < 2^31: a group spans < 2^31 elements
+  int live = 0;
+#pragma unroll
+  for (int s = 0; s < kN; ++s) live += s * per_vector < rest;
+  return live;
+}
 
 template <typename T, int kN>
 __device__ __forceinline__ void load_group_shifted(const T* row, int64_t len, int64_t first, int d, int nt, int t,
@@ -559,7 +581,7 @@ __device__ __forceinline__ void load_group_shifted(const T* row, int64_t len, in
 
 template <typename T, int kN>
 __device__ __forceinline__ void store_group_shifted(T* row, int64_t len, int64_t first, int d, int nt, int t,
-                                                    const acc_t<T> (&v)[kN][RowsTraits<T>::kVec]) {
+                                                    const acc_t<T> (&v)[kN][RowsTraits<T>::kVec], int live = kN) {
   constexpr int kVec = RowsTraits<T>::kVec;
   const ShiftedBounds b(len, first, d);
   const bool same_grid = misalignment(row) == d;
@@ -567,6 +589,7 @@ __device__ __forceinline__ void store_group_shifted(T* row, int64_t len, int64_t
   const int stride = nt * kVec;
 #pragma unroll
   for (int s = 0; s < kN; ++s) {
+    if (s >= live) break;
     const int o = t * kVec + s * stride;
     if (same_grid && o >= b.lo && o + kVec <= b.hi) {
       store16(group + o, VecIO<T>::pack(v[s]));

@@ -188,6 +188,11 @@ __global__ void __launch_bounds__(kMaxBlockThreads, kLse && kAligned && kFastExp
       }
       A v[kVpt][kVec];
       const int shift = kAligned ? 0 : misalignment(x);
+      // Vectors past the row's end in every thread (live_vectors) skip the sum, the epilogue and the stores; they are
+      // still loaded (predicated off: -inf) and in the max, since skipping those too made ptxas spill the fp32
+      // 8-vector unaligned rows (80-244 bytes, local ptxas, s83). The shared-memory slots come after all kVpt register
+      // vectors, so they exist only where every register vector is live.
+      const int live = live_vectors<kVpt>(remaining(p.len + shift, first), nt, kVec);
       if constexpr (kAligned) {
         load_group<T, kVpt, true>(x, p.len, first, nt, t, v);
       } else {
@@ -205,7 +210,7 @@ __global__ void __launch_bounds__(kMaxBlockThreads, kLse && kAligned && kFastExp
       }
 
       const A ref = online ? local_max : block_allreduce(local_max, MaxOp{}, neg_inf<A>(), s_val);
-      A local_sum = sum_rescaled<kFastExp<T>, std::is_same_v<A, double>>(v, ref, keep_terms);
+      A local_sum = sum_rescaled<kFastExp<T>, std::is_same_v<A, double>>(v, ref, keep_terms, live);
       for (int k = 0; k < smem_vecs; ++k) {
         if (first + smem_base + k * smem_stride >= p.len) break;
         A w[1][kVec];
@@ -225,14 +230,16 @@ __global__ void __launch_bounds__(kMaxBlockThreads, kLse && kAligned && kFastExp
       }
       const Epilogue<A> epi(output, row_state, ref);
 #pragma unroll
-      for (int s = 0; s < kVpt; ++s)
+      for (int s = 0; s < kVpt; ++s) {
+        if (s >= live) break;
 #pragma unroll
         for (int j = 0; j < kVec; ++j) v[s][j] = epi.apply_term(v[s][j]);
+      }
       T* y = p.y + row * p.len;
       if constexpr (kAligned) {
-        store_group<T, kVpt, true>(y, p.len, first, nt, t, v);
+        store_group<T, kVpt, true>(y, p.len, first, nt, t, v, live);
       } else {
-        store_group_shifted<T, kVpt>(y, p.len, first, shift, nt, t, v);
+        store_group_shifted<T, kVpt>(y, p.len, first, shift, nt, t, v, live);
       }
       for (int k = 0; k < smem_vecs; ++k) {
         const int64_t e = first + smem_base + k * smem_stride;

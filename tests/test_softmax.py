@@ -700,22 +700,26 @@ WIDE_WARP_ROWS_PER_SM = 32  # softmax_cuda.cu: kWideWarpMinRowsPerSm
 @pytest.mark.cuda
 @requires_cuda
 def test_wide_warp_logsumexp_cuda():
-    # logsumexp of aligned 16-bit rows of 1025-2048 elements: "auto" runs one warp a row at 8 vectors a lane where the
-    # rows give every SM 32 warps, else the block kernel's 64-thread blocks (and unaligned rows always); the row max in
-    # the last vector or the first element; and large_magnitude_rows (packed_lse.cuh's FusedExp2), row by row.
+    # logsumexp of 16-bit rows of 1025-2048 elements (unaligned: up to 2041, held on the memory's grid with its edges
+    # masked, ShiftedRawLoads): "auto" runs one warp a row at 8 vectors a lane where the rows give every SM 32 warps,
+    # else the block kernel's 64-thread blocks; the row max in the last vector or the first element, inputs 1 element
+    # off the grid; and large_magnitude_rows (packed_lse.cuh's FusedExp2), row by row.
     rows = WIDE_WARP_ROWS_PER_SM * torch.cuda.get_device_properties(0).multi_processor_count
-    for dtype, length in ((torch.bfloat16, 1032), (torch.float16, 2048), (torch.bfloat16, 2048)):
-        x = make_input((rows + 3, length), dtype, "cuda")
+    for dtype, length, offset in ((torch.bfloat16, 1032, 0), (torch.float16, 2048, 0), (torch.bfloat16, 2048, 0),
+                                  (torch.bfloat16, 1025, 0), (torch.float16, 2041, 0), (torch.bfloat16, 1100, 3),
+                                  (torch.float16, 2040, 1)):
+        x = make_input(((rows + 3) * length + offset,), dtype, "cuda")[offset:].view(rows + 3, length)
         x[::7, -1] += 100.0
         x[3::7, 0] += 100.0
         poison("cuda", x.shape[0] * x.element_size())
         check_against_reference(fae.logsumexp(x, -1), logsumexp_ref(x, -1), torch.logsumexp(x, -1), dtype,
                                 f"logsumexp {x.shape[0]}x{length}")
-    for dtype, length in ((torch.float16, 1032), (torch.bfloat16, 2048)):
+    for dtype, length in ((torch.float16, 1032), (torch.bfloat16, 2048), (torch.bfloat16, 2041)):
         check_logsumexp_by_row(large_magnitude_rows((rows, length), dtype), dtype)
     expected = [((rows, 2048), "bfloat16", "warp,lanes=32,vpt=8"), ((rows, 1032), "float16", "warp,lanes=32,vpt=8"),
+                ((rows, 2041), "bfloat16", "warp,lanes=32,vpt=8"), ((rows, 1025), "float16", "warp,lanes=32,vpt=8"),
                 ((rows - 1, 2048), "bfloat16", "block"), ((rows, 2047), "bfloat16", "block"),
-                ((rows, 2056), "bfloat16", "block")]
+                ((rows, 2056), "bfloat16", "block"), ((rows, 1023), "bfloat16", "warp,lanes=32,vpt=4")]
     for ((r, cols), dtype, kind), line in zip(expected, _auto_plans(expected, "logsumexp")):
         assert re.search(rf"plan: {r}x{cols} kind={kind},", line), (dtype, line)
 
@@ -874,14 +878,16 @@ for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.float64):
     # the longest row the configuration holds: a 1024-thread block of the large size (32 elements a thread, fp64 8),
     # or 32 lanes of vpl vectors; rows enough for several items a block when bpsm=1 caps the grid at one block an SM
     longest, rows = (1024 * (8 if dtype == torch.float64 else 32), 300) if block else (32 * vpl * vec, 3000)
-    lengths = (vec, longest // 2, longest) + ((longest // 2 + 1,) if block else ())  # block: one unaligned length
+    # one unaligned length: the block's, and the warp's longest (on the memory's grid at 8 vectors a 16-bit lane)
+    lengths = (vec, longest // 2, longest) + ((longest // 2 + 1,) if block else (longest - vec + 1,))
     for length in lengths:
         x = t.make_input((rows, length), dtype, "cuda")
         x[::7, -1] += 100.0  # the row max in the last vector
         t.poison("cuda", rows * x.element_size())
         t.check_against_reference(fae.logsumexp(x, -1), t.logsumexp_ref(x, -1), torch.logsumexp(x, -1), dtype,
                                   f"logsumexp {rows}x{length}")
-    t._run_special(t.special_rows(longest, dtype, "cuda").repeat(3, 1), f"x{longest}", t.ROW_AND_LSE_OPS[2:])
+    for length in (longest,) if block else (longest, longest - vec + 1):  # warp: the unaligned longest too
+        t._run_special(t.special_rows(length, dtype, "cuda").repeat(3, 1), f"x{length}", t.ROW_AND_LSE_OPS[2:])
 print("checked")
 """
 
@@ -1291,11 +1297,9 @@ def test_forced_config_errors_cuda(config, message):
 @pytest.mark.cuda
 @requires_cuda
 def test_forced_warp_vpt_beyond_the_op_errors_cuda():
-    # 8 vectors a lane are compiled for 16-bit rows only for logsumexp of aligned rows (warp_max_vpl), and not for
-    # fp64 at all: bf16 softmax, logsumexp of odd-length bf16 rows and fp64 logsumexp forced there are errors naming
-    # it, not launches without a kernel.
+    # 8 vectors a lane are compiled for 16-bit rows only for logsumexp (warp_max_vpl), and not for fp64 at all: bf16
+    # softmax and fp64 logsumexp forced there are errors naming it, not launches without a kernel.
     for x_expr, op in (("torch.randn(64, 1024, device='cuda', dtype=torch.bfloat16)", "softmax"),
-                       ("torch.randn(64, 1023, device='cuda', dtype=torch.bfloat16)", "logsumexp"),
                        ("torch.randn(64, 256, device='cuda', dtype=torch.float64)", "logsumexp")):
         out = softmax_error_in_fresh_process(x_expr, -1, "RuntimeError", op, FAE_SOFTMAX_CONFIG="kind=warp,vpt=8")
         assert "raised:" in out and "largest compiled warp kernel" in out, (op, x_expr, out)

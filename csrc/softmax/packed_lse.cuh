@@ -56,5 +56,43 @@ template <typename T, int kN> __device__ __forceinline__ float packed_sum_exp(co
   return d[0] * e.correction;
 }
 
+// A 16-bit row group held raw on the memory's 16-byte grid (load_group_shifted's layout, raw): vector s of thread t
+// (of nt) covers elements o - d + [0, kVec) of the row, o = (s * nt + t) * kVec, d = the row's misalignment; vectors
+// wholly outside the row are -inf vectors and never read, and an edge vector (the row's first and last) is read whole
+// (its 16 bytes lie in one 16-byte granule that holds an element of the row: load_group_shifted says why that is safe)
+// with the elements outside the row set to -inf. For logsumexp of unaligned 16-bit rows on the warp kernel beyond
+// kMaxVpt vectors a lane, whose element-wise layout would need 64 values a lane: the row then takes the aligned rows'
+// packed reduction (packed_max, packed_sum_exp) at one vector more at most.
+template <typename T, int kN> struct ShiftedRawLoads {
+  static constexpr int kVec = RowsTraits<T>::kVec;
+  uint4 raw[kN];
+  __device__ __forceinline__ void load(const T* row, int64_t len, int d, int nt, int t) {
+    const ShiftedBounds b(len, 0, d);
+    const T* group = row - d;  // 16-byte aligned
+    const int stride = nt * kVec;
+    // Every load is issued before any edge is masked (load_group_shifted: a branch between them serialized them).
+#pragma unroll
+    for (int s = 0; s < kN; ++s) {
+      const int o = t * kVec + s * stride;
+      raw[s] = o + kVec > b.lo && o < b.hi ? load16(group + o) : neg_inf_vector<T>();
+    }
+    const unsigned ninf = neg_inf_vector<T>().x & 0xffffu;
+#pragma unroll
+    for (int s = 0; s < kN; ++s) {
+      const int o = t * kVec + s * stride;
+      // an edge vector: in the row in part (those wholly outside it are -inf vectors already)
+      if (o + kVec > b.lo && o < b.hi && (o < b.lo || o + kVec > b.hi)) {
+        unsigned w[4] = {raw[s].x, raw[s].y, raw[s].z, raw[s].w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          if (!b.inside(o + 2 * i)) w[i] = (w[i] & 0xffff0000u) | ninf;
+          if (!b.inside(o + 2 * i + 1)) w[i] = (w[i] & 0x0000ffffu) | (ninf << 16);
+        }
+        raw[s] = make_uint4(w[0], w[1], w[2], w[3]);
+      }
+    }
+  }
+};
+
 }  // namespace softmax
 }  // namespace flash_attn_ext

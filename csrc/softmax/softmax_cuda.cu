@@ -445,9 +445,10 @@ bool unaligned_pipe_rows(const SoftmaxProblem& p, const RowsShape& s) {
          (s.row_bytes <= kUnalignedPipeMaxRowBytes || s.rows * 8 <= s.sms);
 }
 
-// The whole kernel choice. Rows (inner == 1), with nv = len / kVec 16-byte vectors per row:
-//  1. warp-per-row       nv <= 32 * kMaxVpt (1024 fp32 / fp16 / bf16 elements, 512 doubles; logsumexp of aligned
-//                        16-bit rows 2048: warp_max_vpl), any algorithm;
+// The whole kernel choice. Rows (inner == 1), with nv = len / kVec 16-byte vectors per row (unaligned rows: the most
+// vectors a row spans on the memory's grid, ceil((len + kVec - 1) / kVec)):
+//  1. warp-per-row       nv <= 32 * kMaxVpt (1024 fp32 / fp16 / bf16 elements, 512 doubles; logsumexp of 16-bit rows
+//                        2048, unaligned 2041: warp_max_vpl), any algorithm;
 //                        aligned rows get >= 2 vectors per lane where the row has them (teams of < 32 lanes
 //                        for short rows; on the H100 sweep 2 beat 4 for 128-element bf16 rows), logsumexp
 //                        >= 4;
@@ -493,14 +494,14 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
   //    s60 call 3, us cold / streamed: fp32 65536x127 on 16 lanes x 8 values 21.1 / 19.6 against 24.1 / 22.5
   //    on 32 x 4, torch 22.0 / 20.0; 65536x97 20.1 / 17.4 against 23.6 / 21.4; 65536x61 13.1 / 11.3 against
   //    13.6 / 11.7).
-  //    Rows beyond kMaxVpt vectors a lane (logsumexp of aligned 16-bit rows of 1025-2048 elements) take the warp
-  //    kernel only where they give every SM kWideWarpMinRowsPerSm warps: fewer, and the 64-thread blocks' two warps
-  //    a row finish sooner (H200 A/B, s83 call 1, bf16 us cold / streamed, warp vs block: 32768x2000 35.1 / 32.9
-  //    vs 43.4 / 40.8, 8192x1032 10.9 / 7.4 vs 13.8 / 10.4, but 4096x2048 9.7 / 6.9 vs 9.2 / 7.0 and 100x2000
-  //    5.4 / 2.4 vs 4.9 / 1.9).
+  //    Rows beyond kMaxVpt vectors a lane (logsumexp of 16-bit rows of 1025-2048 elements; unaligned ones counted
+  //    on the memory's grid, s.nv, as ShiftedRawLoads holds them) take the warp kernel only where they give every
+  //    SM kWideWarpMinRowsPerSm warps: fewer, and the 64-thread blocks' two warps a row finish sooner (H200 A/B,
+  //    s83 call 1, bf16 us cold / streamed, warp vs block: 32768x2000 35.1 / 32.9 vs 43.4 / 40.8, 8192x1032
+  //    10.9 / 7.4 vs 13.8 / 10.4, but 4096x2048 9.7 / 6.9 vs 9.2 / 7.0 and 100x2000 5.4 / 2.4 vs 4.9 / 1.9).
   const int64_t row_vecs = ceil_div(s.len, Traits::kVec);
-  const bool wide_warp_rows = row_vecs > 32 * Traits::kMaxVpt && s.rows >= kWideWarpMinRowsPerSm * s.sms;
-  if (row_vecs <= 32 * Traits::kMaxVpt || (wide_warp_rows && row_vecs <= 32 * warp_max_vpl<T>(p.output, s.aligned))) {
+  const bool rows_for_wide_warps = s.rows >= kWideWarpMinRowsPerSm * s.sms;
+  if (row_vecs <= 32 * Traits::kMaxVpt || (rows_for_wide_warps && s.nv <= 32 * warp_max_vpl<T>(p.output))) {
     plan.kind = RowsKind::Warp;
     const int64_t per_lane = p.output == SoftmaxOutput::LogSumExp ? 4 : 2;
     plan.lanes = static_cast<int>(std::clamp<int64_t>(next_pow2(ceil_div(row_vecs, per_lane)), 1, 32));
@@ -803,11 +804,13 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
   if (plan.vpt == kVptLarge) plan.vpt = Traits::kMaxVpt;
 
   if (plan.kind == RowsKind::Warp) {
-    const int64_t row_vecs = ceil_div(s.len, kVec);  // (s.nv counts an unaligned row's shifted vectors)
     if (plan.vpt != 1 && plan.vpt != 2 && plan.vpt != 4 && plan.vpt != 8) fail("vpt must be 1, 2, 4 or 8");
-    if (plan.vpt > warp_max_vpl<T>(p.output, s.aligned)) {
-      fail("vpt above the largest compiled warp kernel for this dtype, output and alignment");
+    if (plan.vpt > warp_max_vpl<T>(p.output)) {
+      fail("vpt above the largest compiled warp kernel for this dtype and output");
     }
+    // An unaligned row beyond kMaxVpt vectors a lane is held on the memory's grid (s.nv counts those vectors), up to
+    // it element-wise (its own length's vectors).
+    const int64_t row_vecs = !s.aligned && plan.vpt > Traits::kMaxVpt ? s.nv : ceil_div(s.len, kVec);
     if (plan.lanes == 0) {
       plan.lanes = static_cast<int>(std::min<int64_t>(32, next_pow2(ceil_div(row_vecs, plan.vpt))));
     }

@@ -38,13 +38,14 @@ template <typename T> struct RowsTraits {
   static_assert(kSmallVpt >= 1, "block kernels need a small size of at least one vector");
 };
 
-// The most vectors a lane the warp kernel holds for an output and alignment: RowsTraits' kMaxVpt, and 8 for logsumexp
-// of aligned 16-bit rows, whose lanes keep them raw (packed_lse.cuh: 8 vectors in 32 registers), so rows of up to 2048
-// elements can run on one warp each instead of the block kernel's 64-thread blocks (two block reductions a row);
-// heuristic_plan gives them the warp only where there are rows enough (kWideWarpMinRowsPerSm).
+// The most vectors a lane the warp kernel holds for an output: RowsTraits' kMaxVpt, and 8 for logsumexp of 16-bit rows,
+// whose lanes keep them raw (packed_lse.cuh: 8 vectors in 32 registers), so rows of up to 2048 elements can run on one
+// warp each instead of the block kernel's 64-thread blocks (two block reductions a row); heuristic_plan gives them the
+// warp only where there are rows enough (kWideWarpMinRowsPerSm). Unaligned rows there are held as vectors on the
+// memory's grid (ShiftedRawLoads: up to 2041 elements), not element-wise as up to kMaxVpt.
 template <typename T> constexpr int kLseWarpMaxVpl = sizeof(T) == 2 ? 8 : RowsTraits<T>::kMaxVpt;
-template <typename T> constexpr int warp_max_vpl(SoftmaxOutput output, bool aligned) {
-  return output == SoftmaxOutput::LogSumExp && aligned ? kLseWarpMaxVpl<T> : RowsTraits<T>::kMaxVpt;
+template <typename T> constexpr int warp_max_vpl(SoftmaxOutput output) {
+  return output == SoftmaxOutput::LogSumExp ? kLseWarpMaxVpl<T> : RowsTraits<T>::kMaxVpt;
 }
 
 constexpr int kWarpRowsThreads = 256;    // warp-per-row kernel: 8 warps per block
@@ -80,6 +81,10 @@ template <typename T> constexpr int scalar_rows_min_blocks(int vpl) {
   const int values = vpl * RowsTraits<T>::kVec;
   return values == 16 || (sizeof(T) == 2 && values == 32) ? 4 : 3;
 }
+// Blocks per SM that the warp kernel for logsumexp of unaligned 16-bit rows on the memory's grid (8 vectors a lane,
+// ShiftedRawLoads) is compiled for: 4 (<= 64 registers, no spills, local ptxas, s83); unbounded it took 79-80, and at
+// 5 (<= 48) it spilled 12 bytes. Not timed against the others yet.
+constexpr int kShiftedLseMinBlocks = 4;
 constexpr int kMaxBlockThreads = 1024;   // block-per-chunk kernel: any multiple of 32 up to this
 constexpr int kSplitThreads = 512;       // rows needing more threads than this (at the large vpt) split
 constexpr int kSplitBlockThreads = 256;  // block size of the split-row configuration (H100 sweep: beat 512)

@@ -1,6 +1,6 @@
 // Launchers of the row-cached kernels: map (vectors per thread, aligned) onto the compiled instantiations.
-// Instantiated per dtype: warp kernel for 1, 2, 4 (and 8 where RowsTraits allows, and for logsumexp of aligned 16-bit
-// rows: kLseWarpMaxVpl) vectors per lane, block
+// Instantiated per dtype: warp kernel for 1, 2, 4 (and 8 where RowsTraits allows, and for logsumexp of 16-bit rows,
+// aligned and on the memory's grid: kLseWarpMaxVpl) vectors per lane, block
 // kernel for RowsTraits' small and large vectors per thread, each aligned and scalar (and at the large size the
 // block kernel fixed to logsumexp, kLse).
 #include <type_traits>
@@ -24,7 +24,7 @@ template <typename T> constexpr bool scalar_rows_general_only(int vpl) { return 
 
 // fixed: the instantiation specialized for softmax or log_softmax with the max-then-sum reduction
 // (softmax_warp_rows_kernel's kFixed), for aligned and scalar rows, except where scalar_rows_general_only; for
-// logsumexp, aligned rows only. Why scalar
+// logsumexp, aligned rows only (and, beyond kMaxVpt, 16-bit rows on the memory's grid: warp_kernel). Why scalar
 // rows too: those kernels issue an instruction nearly every cycle (ncu, fp32 65536x127: 0.87 issued warps per scheduler
 // against torch's 0.72), so the run-time output and reduction choices show. H200, s60 call 2, softmax, us cold /
 // streamed, general -> specialized: bf16 65536x127 22.1 / 19.2 -> 20.3 / 17.5, 16384x1023 35.7 / 34.3 -> 33.5 / 32.0;
@@ -33,7 +33,7 @@ template <typename T, int kVpl, bool kAligned> RowsKernel<T> warp_kernel_of(Fixe
   switch (fixed) {
     case FixedRows::SafeSoftmax: return softmax_warp_rows_kernel<T, kVpl, kAligned, FixedRows::SafeSoftmax>;
     case FixedRows::SafeLogSoftmax: return softmax_warp_rows_kernel<T, kVpl, kAligned, FixedRows::SafeLogSoftmax>;
-    case FixedRows::SafeLogSumExp:  // aligned rows only (launch_warp_rows)
+    case FixedRows::SafeLogSumExp:  // aligned rows only up to kMaxVpt (launch_warp_rows)
       if constexpr (kAligned) {
         return softmax_warp_rows_kernel<T, kVpl, true, FixedRows::SafeLogSumExp>;
       } else {
@@ -74,10 +74,10 @@ template <typename T, int kVpl> RowsKernel<T> warp_kernel(bool aligned, bool pai
     } else {
       return warp_kernel_of<T, kVpl, false>(fixed);
     }
-  } else if constexpr (kVpl <= kLseWarpMaxVpl<T>) {  // logsumexp of aligned 16-bit rows only (warp_max_vpl)
-    return aligned && fixed == FixedRows::SafeLogSumExp
-               ? softmax_warp_rows_kernel<T, kVpl, true, FixedRows::SafeLogSumExp>
-               : nullptr;
+  } else if constexpr (kVpl <= kLseWarpMaxVpl<T>) {  // logsumexp of 16-bit rows only (warp_max_vpl)
+    if (fixed != FixedRows::SafeLogSumExp) return nullptr;
+    return aligned ? softmax_warp_rows_kernel<T, kVpl, true, FixedRows::SafeLogSumExp>
+                   : softmax_warp_rows_kernel<T, kVpl, false, FixedRows::SafeLogSumExp>;  // ShiftedRawLoads
   } else {
     return nullptr;
   }
@@ -117,16 +117,18 @@ template <typename T> RowsKernel<T> select_block_kernel(int vpt, bool aligned, b
 
 template <typename T>
 void launch_warp_rows(const RowsParams<T>& p, int vpl, bool aligned, int grid, cudaStream_t stream) {
+  // logsumexp: unaligned rows up to kMaxVpt vectors a lane (element-wise) take the general instantiation.
+  const bool fixed_lse = aligned || vpl > RowsTraits<T>::kMaxVpt;
   const FixedRows fixed = p.online                                 ? FixedRows::General
                           : p.output == SoftmaxOutput::Softmax    ? FixedRows::SafeSoftmax
                           : p.output == SoftmaxOutput::LogSoftmax ? FixedRows::SafeLogSoftmax
-                          : aligned                               ? FixedRows::SafeLogSumExp
+                          : fixed_lse                             ? FixedRows::SafeLogSumExp
                                                                   : FixedRows::General;
   // Element pairs (pair_group.cuh) for unaligned softmax and log_softmax rows where they paid (pair_rows_pay), when
   // the output's pairs lie on the input's and every row's pairs fit (an odd-length row's shift alternates: count
   // one for it).
   const int64_t held = (int64_t(1) << p.lanes_log2) * vpl * RowsTraits<T>::kVec;
-  const bool pairs = !aligned && fixed != FixedRows::General &&
+  const bool pairs = !aligned && fixed != FixedRows::General && fixed != FixedRows::SafeLogSumExp &&
                      pair_rows_pay<T>(vpl, fixed == FixedRows::SafeLogSoftmax) &&
                      pair_shift(p.x) == pair_shift(p.y) && held >= p.len + (p.len % 2 == 1 ? 1 : pair_shift(p.x));
   launch_kernel(select_warp_kernel<T>(vpl, aligned, pairs, fixed), grid, kWarpRowsThreads, 0, stream,

@@ -51,14 +51,16 @@ __device__ __forceinline__ OnlineState<acc_t<T>> team_row(acc_t<T> (&v)[kVpl][Ro
 // grid-stride. Each lane holds kVpl vectors of kVec elements: len <= lanes * kVpl * kVec. Reductions are
 // xor-shuffles inside the team. Teams past the last row run the shuffles (the warp must) but touch no memory.
 // Unaligned rows (a length that is not a multiple of kVec, or a base off the 16-byte grid) take load_group's
-// element-wise layout, or where it paid (pair_rows_pay) element pairs (kPairs, pair_group.cuh). Why
+// element-wise layout, or where it paid (pair_rows_pay) element pairs (kPairs, pair_group.cuh); logsumexp of 16-bit
+// rows beyond kMaxVpt vectors a lane excepted (ShiftedRawLoads: vectors on the memory's grid). Why
 // not vectors on the memory's grid as the block kernel does (load_group_shifted):
 // such a row may need one more vector than its length fills, which doubled the vectors per lane of 127-element
 // fp32 rows (65536x127: 35.7 us against 23.9 element-wise on the H200), and staging a block's rows through
 // shared memory as one span ran slower still (fp32 32.0 us, 65536x129 46.7, 16384x1023 57.2; NOTES "s59 call
 // 3"). Register bound: ptxas left alone keeps the vector variants spill-free (at most 63 registers), but spilled
 // the 32-scalar variants; the unaligned ones take scalar_rows_min_blocks (softmax_launch.h) for that.
-// kFixed (not General): launched only for softmax, log_softmax or (aligned rows) logsumexp with the max-then-sum
+// kFixed (not General): launched only for softmax, log_softmax or logsumexp (aligned rows, and 16-bit rows beyond
+// kMaxVpt vectors a lane, which unaligned it holds on the memory's grid: ShiftedRawLoads) with the max-then-sum
 // reduction (what "auto" runs on these rows), so neither the output nor the reduction is a run-time choice. Why: in
 // a one-wave call every instruction between the loads and the stores shows, and the run-time choices (the online
 // branch, the output's selects and paths) nearly double the body: bf16, 2 vectors per lane, 488 SASS instructions
@@ -67,7 +69,9 @@ __device__ __forceinline__ OnlineState<acc_t<T>> team_row(acc_t<T> (&v)[kVpl][Ro
 // The output and reduction a warp-rows instantiation fixes at compile time (General: both read from p).
 enum class FixedRows { General, SafeSoftmax, SafeLogSoftmax, SafeLogSumExp };
 template <typename T, int kVpl, bool kAligned, FixedRows kFixed = FixedRows::General, bool kPairs = false>
-__global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? 0 : scalar_rows_min_blocks<T>(kVpl))
+__global__ void __launch_bounds__(kWarpRowsThreads, kAligned                              ? 0
+                                                   : kFixed == FixedRows::SafeLogSumExp ? kShiftedLseMinBlocks
+                                                                                        : scalar_rows_min_blocks<T>(kVpl))
     softmax_warp_rows_kernel(const RowsParams<T> p) {
   begin_dependent_grid();
   using A = acc_t<T>;
@@ -101,11 +105,24 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? 0 : scalar_rows_m
     const int64_t len = valid ? p.len : 0;  // an empty row reads as -inf and stores nothing
     const int64_t offset = valid ? row * p.len : 0;
 
-    if constexpr (kFixed == FixedRows::SafeLogSumExp && kFastExp<T>) {  // aligned 16-bit rows: packed_lse.cuh
-      GroupLoads<T, kVpl, true> g;
-      g.load(p.x + offset, len, 0, lanes, li);
-      const A ref = warp_allreduce(packed_max<T>(g.raw), MaxOp{}, lanes);
-      const A sum = warp_allreduce(packed_sum_exp<T>(g.raw, ref), SumOp{}, lanes);
+    if constexpr (kFixed == FixedRows::SafeLogSumExp && kFastExp<T>) {  // 16-bit rows: packed_lse.cuh
+      // Aligned rows as 16-byte vectors of the row; unaligned ones (beyond kMaxVpt vectors a lane only: warp_kernel)
+      // as vectors on the memory's grid, the row's edges masked to -inf.
+      uint4 raw[kVpl];
+      if constexpr (kAligned) {
+        GroupLoads<T, kVpl, true> g;
+        g.load(p.x + offset, len, 0, lanes, li);
+#pragma unroll
+        for (int s = 0; s < kVpl; ++s) raw[s] = g.raw[s];
+      } else {
+        static_assert(kVpl > RowsTraits<T>::kMaxVpt, "unaligned rows up to kMaxVpt are element-wise (general)");
+        ShiftedRawLoads<T, kVpl> g;
+        g.load(p.x + offset, len, misalignment(p.x + offset), lanes, li);
+#pragma unroll
+        for (int s = 0; s < kVpl; ++s) raw[s] = g.raw[s];
+      }
+      const A ref = warp_allreduce(packed_max<T>(raw), MaxOp{}, lanes);
+      const A sum = warp_allreduce(packed_sum_exp<T>(raw, ref), SumOp{}, lanes);
       if (valid && li == 0) p.y[row] = from_acc<T>(row_lse(OnlineState<A>{ref, sum}));
       continue;
     }

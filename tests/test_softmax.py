@@ -719,7 +719,36 @@ def test_wide_warp_logsumexp_cuda():
     expected = [((rows, 2048), "bfloat16", "warp,lanes=32,vpt=8"), ((rows, 1032), "float16", "warp,lanes=32,vpt=8"),
                 ((rows, 2041), "bfloat16", "warp,lanes=32,vpt=8"), ((rows, 1025), "float16", "warp,lanes=32,vpt=8"),
                 ((rows - 1, 2048), "bfloat16", "block"), ((rows, 2047), "bfloat16", "block"),
-                ((rows, 2056), "bfloat16", "block"), ((rows, 1023), "bfloat16", "warp,lanes=32,vpt=4")]
+                ((rows, 2056), "bfloat16", "block"), ((rows, 1023), "bfloat16", "warp,lanes=32,vpt=8")]
+    for ((r, cols), dtype, kind), line in zip(expected, _auto_plans(expected, "logsumexp")):
+        assert re.search(rf"plan: {r}x{cols} kind={kind},", line), (dtype, line)
+
+
+@pytest.mark.cuda
+@requires_cuda
+def test_unaligned_logsumexp_grid_rows_cuda():
+    # logsumexp of unaligned 16-bit rows on the warp kernel at every team width, held as 16-byte vectors on the
+    # memory's grid with the edges masked (ShiftedRawLoads, lse_rows_on_grid): rows of 1-1017 elements (up to 128
+    # vectors on the grid, 32 lanes of 4), inputs on the grid and 1 or 3 elements off it (odd lengths: every shift
+    # among the rows), the row max at either edge; special and large-magnitude rows. Rows of 1018-1023 elements span
+    # 129 vectors: the wide warp where the rows give every SM 32 warps, else element-wise on 32 lanes of 4.
+    rows = WIDE_WARP_ROWS_PER_SM * torch.cuda.get_device_properties(0).multi_processor_count
+    for dtype in (torch.bfloat16, torch.float16):
+        cases = [(67, length, offset) for length in (1, 7, 9, 97, 127, 255, 383, 1000, 1017) for offset in (0, 1, 3)]
+        cases += [(67, 1018, 1), (67, 1023, 0), (rows, 1023, 0), (rows, 1020, 3)]
+        for r, length, offset in cases:
+            x = make_input((r * length + offset,), dtype, "cuda")[offset:].view(r, length)
+            x[::7, -1] += 100.0
+            x[3::7, 0] += 100.0
+            poison("cuda", r * x.element_size())
+            check_against_reference(fae.logsumexp(x, -1), logsumexp_ref(x, -1), torch.logsumexp(x, -1), dtype,
+                                    f"logsumexp {r}x{length} at +{offset}")
+        for length in (7, 127, 1017):
+            _run_special(special_rows(length, dtype, "cuda").repeat(3, 1), f"x{length}", ROW_AND_LSE_OPS[2:])
+            check_logsumexp_by_row(large_magnitude_rows((67, length), dtype), dtype)
+    expected = [((67, 7), "bfloat16", "warp,lanes=1,vpt=2"), ((67, 127), "float16", "warp,lanes=8,vpt=4"),
+                ((67, 1017), "bfloat16", "warp,lanes=32,vpt=4"), ((67, 1023), "bfloat16", "warp,lanes=32,vpt=4"),
+                ((rows, 1023), "float16", "warp,lanes=32,vpt=8")]
     for ((r, cols), dtype, kind), line in zip(expected, _auto_plans(expected, "logsumexp")):
         assert re.search(rf"plan: {r}x{cols} kind={kind},", line), (dtype, line)
 

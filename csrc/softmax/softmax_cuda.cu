@@ -499,14 +499,21 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
   //    SM kWideWarpMinRowsPerSm warps: fewer, and the 64-thread blocks' two warps a row finish sooner (H200 A/B,
   //    s83 call 1, bf16 us cold / streamed, warp vs block: 32768x2000 35.1 / 32.9 vs 43.4 / 40.8, 8192x1032
   //    10.9 / 7.4 vs 13.8 / 10.4, but 4096x2048 9.7 / 6.9 vs 9.2 / 7.0 and 100x2000 5.4 / 2.4 vs 4.9 / 1.9).
+  //    Unaligned logsumexp rows of 16-bit types are held on the memory's grid (lse_rows_on_grid), s.nv vectors,
+  //    wherever a warp holds that many; else (16-bit rows of 1018-1024 elements too few for the wide warp)
+  //    element-wise.
   const int64_t row_vecs = ceil_div(s.len, Traits::kVec);
   const bool rows_for_wide_warps = s.rows >= kWideWarpMinRowsPerSm * s.sms;
-  if (row_vecs <= 32 * Traits::kMaxVpt || (rows_for_wide_warps && s.nv <= 32 * warp_max_vpl<T>(p.output))) {
+  const bool grid_rows = !s.aligned && lse_rows_on_grid<T>(p.output);
+  const int64_t warp_vecs = rows_for_wide_warps ? 32 * warp_max_vpl<T>(p.output) : 32 * Traits::kMaxVpt;
+  if (row_vecs <= 32 * Traits::kMaxVpt || s.nv <= warp_vecs) {
     plan.kind = RowsKind::Warp;
+    const bool on_grid = grid_rows && s.nv <= warp_vecs;
+    const int64_t vecs = on_grid ? s.nv : row_vecs;
     const int64_t per_lane = p.output == SoftmaxOutput::LogSumExp ? 4 : 2;
-    plan.lanes = static_cast<int>(std::clamp<int64_t>(next_pow2(ceil_div(row_vecs, per_lane)), 1, 32));
-    plan.vpt = static_cast<int>(next_pow2(ceil_div(row_vecs, plan.lanes)));
-    if (!s.aligned && scalar_rows_whole_warp<T>(plan.vpt)) {
+    plan.lanes = static_cast<int>(std::clamp<int64_t>(next_pow2(ceil_div(vecs, per_lane)), 1, 32));
+    plan.vpt = static_cast<int>(next_pow2(ceil_div(vecs, plan.lanes)));
+    if (!s.aligned && !on_grid && scalar_rows_whole_warp<T>(plan.vpt)) {
       plan.lanes = static_cast<int>(next_pow2(std::min<int64_t>(row_vecs, 32)));
       plan.vpt = static_cast<int>(next_pow2(ceil_div(row_vecs, plan.lanes)));
     }
@@ -808,20 +815,25 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
     if (plan.vpt > warp_max_vpl<T>(p.output)) {
       fail("vpt above the largest compiled warp kernel for this dtype and output");
     }
-    // An unaligned row beyond kMaxVpt vectors a lane is held on the memory's grid (s.nv counts those vectors), up to
-    // it element-wise (its own length's vectors).
-    const int64_t row_vecs = !s.aligned && plan.vpt > Traits::kMaxVpt ? s.nv : ceil_div(s.len, kVec);
+    // Unaligned rows that lse_rows_on_grid allows are held on the memory's grid (s.nv vectors) beyond kMaxVpt vectors
+    // a lane, and up to it where the lanes (derived: 32) hold s.nv; other unaligned rows element-wise (their own
+    // length's vectors). The heuristic's plans land on the layout it chose.
+    const int64_t own_vecs = ceil_div(s.len, kVec);
+    const int64_t most_lanes = plan.lanes == 0 ? 32 : plan.lanes;
+    const bool on_grid = !s.aligned && lse_rows_on_grid<T>(p.output) &&
+                         (plan.vpt > Traits::kMaxVpt || most_lanes * plan.vpt >= s.nv);
+    const int64_t row_vecs = on_grid ? s.nv : own_vecs;
     if (plan.lanes == 0) {
       plan.lanes = static_cast<int>(std::min<int64_t>(32, next_pow2(ceil_div(row_vecs, plan.vpt))));
     }
     if (plan.lanes > 32 || (plan.lanes & (plan.lanes - 1)) != 0) fail("lanes must be a power of two <= 32");
     if (int64_t(plan.lanes) * plan.vpt < row_vecs) fail("lanes * vpt vectors do not hold a row");
-    if (!s.aligned && scalar_rows_whole_warp<T>(plan.vpt) && plan.lanes != 32) {
+    if (!s.aligned && !on_grid && scalar_rows_whole_warp<T>(plan.vpt) && plan.lanes != 32) {
       fail("unaligned rows of more than 8 values per lane need lanes=32");
     }
     while ((1 << rp.lanes_log2) < plan.lanes) ++rp.lanes_log2;
-    launch_warp_rows<T>(rp, plan.vpt, s.aligned, capped_grid(ceil_div(s.rows, kWarpRowsThreads / plan.lanes)),
-                        stream);
+    launch_warp_rows<T>(rp, plan.vpt, s.aligned, on_grid,
+                        capped_grid(ceil_div(s.rows, kWarpRowsThreads / plan.lanes)), stream);
     return;
   }
 

@@ -42,10 +42,19 @@ template <typename T> struct RowsTraits {
 // whose lanes keep them raw (packed_lse.cuh: 8 vectors in 32 registers), so rows of up to 2048 elements can run on one
 // warp each instead of the block kernel's 64-thread blocks (two block reductions a row); heuristic_plan gives them the
 // warp only where there are rows enough (kWideWarpMinRowsPerSm). Unaligned rows there are held as vectors on the
-// memory's grid (ShiftedRawLoads: up to 2041 elements), not element-wise as up to kMaxVpt.
+// memory's grid (ShiftedRawLoads: up to 2041 elements; lse_rows_on_grid).
 template <typename T> constexpr int kLseWarpMaxVpl = sizeof(T) == 2 ? 8 : RowsTraits<T>::kMaxVpt;
 template <typename T> constexpr int warp_max_vpl(SoftmaxOutput output) {
   return output == SoftmaxOutput::LogSumExp ? kLseWarpMaxVpl<T> : RowsTraits<T>::kMaxVpt;
+}
+// Unaligned rows whose warp-kernel lanes hold them as 16-byte vectors on the memory's grid (ShiftedRawLoads, the edges
+// masked; s.nv vectors a row, one more than the row's own at most) wherever the team holds that many, at any width:
+// logsumexp of 16-bit rows, which then take the aligned rows' packed reduction (packed_lse.cuh). Element-wise, the
+// general instantiation's unpacked max and sum ran them at under half the aligned rows' speed (H200, s84 call 2, bf16
+// 65536x1023 95.8 us cold against 65536x1104's 46.9). Other unaligned warp rows stay element-wise (softmax_rows.cuh
+// says why).
+template <typename T> constexpr bool lse_rows_on_grid(SoftmaxOutput output) {
+  return sizeof(T) == 2 && output == SoftmaxOutput::LogSumExp;
 }
 
 constexpr int kWarpRowsThreads = 256;    // warp-per-row kernel: 8 warps per block
@@ -81,9 +90,9 @@ template <typename T> constexpr int scalar_rows_min_blocks(int vpl) {
   const int values = vpl * RowsTraits<T>::kVec;
   return values == 16 || (sizeof(T) == 2 && values == 32) ? 4 : 3;
 }
-// Blocks per SM that the warp kernel for logsumexp of unaligned 16-bit rows on the memory's grid (8 vectors a lane,
-// ShiftedRawLoads) is compiled for: 4 (<= 64 registers, no spills, local ptxas, s83); unbounded it took 79-80, and at
-// 5 (<= 48) it spilled 12 bytes. Not timed against the others yet.
+// Blocks per SM that the warp kernels for logsumexp of unaligned 16-bit rows on the memory's grid (ShiftedRawLoads)
+// are compiled for, set by the 8-vector one: 4 (<= 64 registers, no spills, local ptxas, s83); unbounded it took
+// 79-80, and at 5 (<= 48) it spilled 12 bytes. Not timed against the others yet.
 constexpr int kShiftedLseMinBlocks = 4;
 constexpr int kMaxBlockThreads = 1024;   // block-per-chunk kernel: any multiple of 32 up to this
 constexpr int kSplitThreads = 512;       // rows needing more threads than this (at the large vpt) split
@@ -180,7 +189,8 @@ template <typename T> struct ColumnsParams {
   SoftmaxOutput output;
 };
 
-template <typename T> void launch_warp_rows(const RowsParams<T>& p, int vpl, bool aligned, int grid,
+// on_grid: unaligned rows held on the memory's grid (lse_rows_on_grid; the caller checks that the team holds s.nv).
+template <typename T> void launch_warp_rows(const RowsParams<T>& p, int vpl, bool aligned, bool on_grid, int grid,
                                             cudaStream_t stream);
 // Cooperative when p.chunks > 1: then every block must be co-resident (grid <= resident capacity).
 template <typename T> void launch_block_rows(const RowsParams<T>& p, int vpt, bool aligned, int threads,

@@ -1,6 +1,6 @@
 // Launchers of the row-cached kernels: map (vectors per thread, aligned) onto the compiled instantiations.
 // Instantiated per dtype: warp kernel for 1, 2, 4 (and 8 where RowsTraits allows, and for logsumexp of 16-bit rows,
-// aligned and on the memory's grid: kLseWarpMaxVpl) vectors per lane, block
+// aligned and on the memory's grid: kLseWarpMaxVpl, lse_rows_on_grid) vectors per lane, block
 // kernel for RowsTraits' small and large vectors per thread, each aligned and scalar (and at the large size the
 // block kernel fixed to logsumexp, kLse).
 #include <type_traits>
@@ -24,7 +24,7 @@ template <typename T> constexpr bool scalar_rows_general_only(int vpl) { return 
 
 // fixed: the instantiation specialized for softmax or log_softmax with the max-then-sum reduction
 // (softmax_warp_rows_kernel's kFixed), for aligned and scalar rows, except where scalar_rows_general_only; for
-// logsumexp, aligned rows only (and, beyond kMaxVpt, 16-bit rows on the memory's grid: warp_kernel). Why scalar
+// logsumexp, aligned rows and 16-bit rows on the memory's grid (lse_rows_on_grid; launch_warp_rows). Why scalar
 // rows too: those kernels issue an instruction nearly every cycle (ncu, fp32 65536x127: 0.87 issued warps per scheduler
 // against torch's 0.72), so the run-time output and reduction choices show. H200, s60 call 2, softmax, us cold /
 // streamed, general -> specialized: bf16 65536x127 22.1 / 19.2 -> 20.3 / 17.5, 16384x1023 35.7 / 34.3 -> 33.5 / 32.0;
@@ -33,9 +33,9 @@ template <typename T, int kVpl, bool kAligned> RowsKernel<T> warp_kernel_of(Fixe
   switch (fixed) {
     case FixedRows::SafeSoftmax: return softmax_warp_rows_kernel<T, kVpl, kAligned, FixedRows::SafeSoftmax>;
     case FixedRows::SafeLogSoftmax: return softmax_warp_rows_kernel<T, kVpl, kAligned, FixedRows::SafeLogSoftmax>;
-    case FixedRows::SafeLogSumExp:  // aligned rows only up to kMaxVpt (launch_warp_rows)
-      if constexpr (kAligned) {
-        return softmax_warp_rows_kernel<T, kVpl, true, FixedRows::SafeLogSumExp>;
+    case FixedRows::SafeLogSumExp:  // unaligned: 16-bit rows on the memory's grid only (launch_warp_rows)
+      if constexpr (kAligned || lse_rows_on_grid<T>(SoftmaxOutput::LogSumExp)) {
+        return softmax_warp_rows_kernel<T, kVpl, kAligned, FixedRows::SafeLogSumExp>;
       } else {
         return nullptr;
       }
@@ -116,9 +116,9 @@ template <typename T> RowsKernel<T> select_block_kernel(int vpt, bool aligned, b
 }  // namespace
 
 template <typename T>
-void launch_warp_rows(const RowsParams<T>& p, int vpl, bool aligned, int grid, cudaStream_t stream) {
-  // logsumexp: unaligned rows up to kMaxVpt vectors a lane (element-wise) take the general instantiation.
-  const bool fixed_lse = aligned || vpl > RowsTraits<T>::kMaxVpt;
+void launch_warp_rows(const RowsParams<T>& p, int vpl, bool aligned, bool on_grid, int grid, cudaStream_t stream) {
+  // logsumexp: unaligned rows held element-wise take the general instantiation.
+  const bool fixed_lse = aligned || on_grid;
   const FixedRows fixed = p.online                                 ? FixedRows::General
                           : p.output == SoftmaxOutput::Softmax    ? FixedRows::SafeSoftmax
                           : p.output == SoftmaxOutput::LogSoftmax ? FixedRows::SafeLogSoftmax
@@ -150,7 +150,7 @@ void launch_block_rows(const RowsParams<T>& p, int vpt, bool aligned, int thread
 }
 
 #define FAE_INSTANTIATE_ROWS(T)                                                                              \
-  template void launch_warp_rows<T>(const RowsParams<T>&, int, bool, int, cudaStream_t);                     \
+  template void launch_warp_rows<T>(const RowsParams<T>&, int, bool, bool, int, cudaStream_t);               \
   template int block_rows_blocks_per_sm<T>(int, bool, int, size_t);                                          \
   template void launch_block_rows<T>(const RowsParams<T>&, int, bool, int, int, cudaStream_t);
 FAE_INSTANTIATE_ROWS(float)

@@ -52,15 +52,15 @@ __device__ __forceinline__ OnlineState<acc_t<T>> team_row(acc_t<T> (&v)[kVpl][Ro
 // xor-shuffles inside the team. Teams past the last row run the shuffles (the warp must) but touch no memory.
 // Unaligned rows (a length that is not a multiple of kVec, or a base off the 16-byte grid) take load_group's
 // element-wise layout, or where it paid (pair_rows_pay) element pairs (kPairs, pair_group.cuh); logsumexp of 16-bit
-// rows beyond kMaxVpt vectors a lane excepted (ShiftedRawLoads: vectors on the memory's grid). Why
+// rows excepted wherever the team holds them on the memory's grid (ShiftedRawLoads; lse_rows_on_grid says why). Why
 // not vectors on the memory's grid as the block kernel does (load_group_shifted):
 // such a row may need one more vector than its length fills, which doubled the vectors per lane of 127-element
 // fp32 rows (65536x127: 35.7 us against 23.9 element-wise on the H200), and staging a block's rows through
 // shared memory as one span ran slower still (fp32 32.0 us, 65536x129 46.7, 16384x1023 57.2; NOTES "s59 call
 // 3"). Register bound: ptxas left alone keeps the vector variants spill-free (at most 63 registers), but spilled
 // the 32-scalar variants; the unaligned ones take scalar_rows_min_blocks (softmax_launch.h) for that.
-// kFixed (not General): launched only for softmax, log_softmax or logsumexp (aligned rows, and 16-bit rows beyond
-// kMaxVpt vectors a lane, which unaligned it holds on the memory's grid: ShiftedRawLoads) with the max-then-sum
+// kFixed (not General): launched only for softmax, log_softmax or logsumexp (aligned rows, and unaligned 16-bit rows
+// it holds on the memory's grid: ShiftedRawLoads) with the max-then-sum
 // reduction (what "auto" runs on these rows), so neither the output nor the reduction is a run-time choice. Why: in
 // a one-wave call every instruction between the loads and the stores shows, and the run-time choices (the online
 // branch, the output's selects and paths) nearly double the body: bf16, 2 vectors per lane, 488 SASS instructions
@@ -76,9 +76,11 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned                    
   begin_dependent_grid();
   using A = acc_t<T>;
   constexpr int kVec = RowsTraits<T>::kVec;
-  // Unaligned rows of more than 8 values per lane use whole warps (scalar_rows_whole_warp; the host guarantees
-  // it). Other rows take any team width (short rows: several rows per warp, several vectors per lane).
-  const int lanes_log2 = !kAligned && scalar_rows_whole_warp<T>(kVpl) ? 5 : p.lanes_log2;
+  // Unaligned rows of more than 8 values per lane held element-wise use whole warps (scalar_rows_whole_warp; the host
+  // guarantees it). Other rows take any team width (short rows: several rows per warp, several vectors per lane), those
+  // on the memory's grid (ShiftedRawLoads) included.
+  constexpr bool kOnGrid = !kAligned && kFixed == FixedRows::SafeLogSumExp && kFastExp<T>;
+  const int lanes_log2 = !kAligned && !kOnGrid && scalar_rows_whole_warp<T>(kVpl) ? 5 : p.lanes_log2;
   const int lanes = 1 << lanes_log2;
   const int li = threadIdx.x & (lanes - 1);
   const int team = threadIdx.x >> lanes_log2;
@@ -106,8 +108,8 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned                    
     const int64_t offset = valid ? row * p.len : 0;
 
     if constexpr (kFixed == FixedRows::SafeLogSumExp && kFastExp<T>) {  // 16-bit rows: packed_lse.cuh
-      // Aligned rows as 16-byte vectors of the row; unaligned ones (beyond kMaxVpt vectors a lane only: warp_kernel)
-      // as vectors on the memory's grid, the row's edges masked to -inf.
+      // Aligned rows as 16-byte vectors of the row; unaligned ones (kOnGrid) as vectors on the memory's grid, the
+      // row's edges masked to -inf.
       uint4 raw[kVpl];
       if constexpr (kAligned) {
         GroupLoads<T, kVpl, true> g;
@@ -115,7 +117,6 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned                    
 #pragma unroll
         for (int s = 0; s < kVpl; ++s) raw[s] = g.raw[s];
       } else {
-        static_assert(kVpl > RowsTraits<T>::kMaxVpt, "unaligned rows up to kMaxVpt are element-wise (general)");
         ShiftedRawLoads<T, kVpl> g;
         g.load(p.x + offset, len, misalignment(p.x + offset), lanes, li);
 #pragma unroll

@@ -60,9 +60,9 @@ template <typename T, int kN> __device__ __forceinline__ float packed_sum_exp(co
 // (of nt) covers elements o - d + [0, kVec) of the row, o = (s * nt + t) * kVec, d = the row's misalignment; vectors
 // wholly outside the row are -inf vectors and never read, and an edge vector (the row's first and last) is read whole
 // (its 16 bytes lie in one 16-byte granule that holds an element of the row: load_group_shifted says why that is safe)
-// with the elements outside the row set to -inf. For logsumexp of unaligned 16-bit rows on the warp kernel beyond
-// kMaxVpt vectors a lane, whose element-wise layout would need 64 values a lane: the row then takes the aligned rows'
-// packed reduction (packed_max, packed_sum_exp) at one vector more at most.
+// with the elements outside the row set to -inf. For logsumexp of unaligned 16-bit rows on the warp kernel, at any
+// team width and vectors a lane wherever the team holds s.nv vectors (lse_rows_on_grid): the row then takes the
+// aligned rows' packed reduction (packed_max, packed_sum_exp) at one vector more at most.
 template <typename T, int kN> struct ShiftedRawLoads {
   static constexpr int kVec = RowsTraits<T>::kVec;
   uint4 raw[kN];

@@ -48,7 +48,8 @@ __device__ __forceinline__ OnlineState<acc_t<T>> team_row(acc_t<T> (&v)[kVpl][Ro
 
 // Warp-per-row. Block: 256 threads = 8 warps; a team of 2^p.lanes_log2 lanes (a power of two, aligned
 // within the warp) owns one row, so a block owns 256 / lanes consecutive rows and walks row groups
-// grid-stride. Each lane holds kVpl vectors of kVec elements: len <= lanes * kVpl * kVec. Reductions are
+// grid-stride. Each lane holds kVpl vectors of kVec elements: len <= lanes * kVpl * kVec (rows on the memory's grid:
+// len + their misalignment, lanes * kVpl >= s.nv). Reductions are
 // xor-shuffles inside the team. Teams past the last row run the shuffles (the warp must) but touch no memory.
 // Unaligned rows (a length that is not a multiple of kVec, or a base off the 16-byte grid) take load_group's
 // element-wise layout, or where it paid (pair_rows_pay) element pairs (kPairs, pair_group.cuh); logsumexp of 16-bit

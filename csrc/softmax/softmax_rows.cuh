@@ -50,7 +50,8 @@ __device__ __forceinline__ OnlineState<acc_t<T>> team_row(acc_t<T> (&v)[kVpl][Ro
 // within the warp) owns one row, so a block owns 256 / lanes consecutive rows and walks row groups
 // grid-stride. Each lane holds kVpl vectors of kVec elements: len <= lanes * kVpl * kVec (rows on the memory's grid:
 // len + their misalignment, lanes * kVpl >= s.nv). Reductions are
-// xor-shuffles inside the team. Teams past the last row run the shuffles (the warp must) but touch no memory.
+// xor-shuffles inside the team. Teams past the last row run the shuffles (the warp must) but touch no memory (rows on
+// the memory's grid: at most a read of the granule that holds the tensor's first element, all of it masked).
 // Unaligned rows (a length that is not a multiple of kVec, or a base off the 16-byte grid) take load_group's
 // element-wise layout, or where it paid (pair_rows_pay) element pairs (kPairs, pair_group.cuh); logsumexp of 16-bit
 // rows excepted wherever the team holds them on the memory's grid (ShiftedRawLoads; lse_rows_on_grid says why). Why

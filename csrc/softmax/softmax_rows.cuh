@@ -81,7 +81,8 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned                    
   // Unaligned rows of more than 8 values per lane held element-wise use whole warps (scalar_rows_whole_warp; the host
   // guarantees it). Other rows take any team width (short rows: several rows per warp, several vectors per lane), those
   // on the memory's grid (ShiftedRawLoads) included.
-  constexpr bool kOnGrid = !kAligned && kFixed == FixedRows::SafeLogSumExp && kFastExp<T>;
+  constexpr bool kOnGrid =
+      !kAligned && kFixed == FixedRows::SafeLogSumExp && lse_rows_on_grid<T>(SoftmaxOutput::LogSumExp);
   const int lanes_log2 = !kAligned && !kOnGrid && scalar_rows_whole_warp<T>(kVpl) ? 5 : p.lanes_log2;
   const int lanes = 1 << lanes_log2;
   const int li = threadIdx.x & (lanes - 1);

@@ -907,8 +907,10 @@ for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.float64):
     # the longest row the configuration holds: a 1024-thread block of the large size (32 elements a thread, fp64 8),
     # or 32 lanes of vpl vectors; rows enough for several items a block when bpsm=1 caps the grid at one block an SM
     longest, rows = (1024 * (8 if dtype == torch.float64 else 32), 300) if block else (32 * vpl * vec, 3000)
-    # one unaligned length: the block's, and the warp's longest (on the memory's grid at 8 vectors a 16-bit lane)
-    lengths = (vec, longest // 2, longest) + ((longest // 2 + 1,) if block else (longest - vec + 1,))
+    # one unaligned length: the block's, and the warp's longest (on the memory's grid at 8 vectors a 16-bit lane); and
+    # for the warp a short unaligned row, whose derived lanes are 32 where the kernel's team is a whole warp at compile
+    # time (fp32 element-wise, 16-bit on the grid at 8 vectors), else the fewest that hold it
+    lengths = (vec, longest // 2, longest) + ((longest // 2 + 1,) if block else (longest - vec + 1, 97))
     for length in lengths:
         x = t.make_input((rows, length), dtype, "cuda")
         x[::7, -1] += 100.0  # the row max in the last vector

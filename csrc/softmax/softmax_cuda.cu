@@ -823,13 +823,18 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
     const bool on_grid = !s.aligned && lse_rows_on_grid<T>(p.output) &&
                          (plan.vpt > Traits::kMaxVpt || most_lanes * plan.vpt >= s.nv);
     const int64_t row_vecs = on_grid ? s.nv : own_vecs;
+    // The unaligned kernels whose team is a compile-time whole warp (softmax_warp_rows_kernel's kWholeWarp): rows
+    // element-wise at more than 8 values a lane, and rows on the memory's grid beyond kMaxVpt vectors a lane.
+    const bool whole_warp =
+        !s.aligned && (!on_grid || plan.vpt > Traits::kMaxVpt) && scalar_rows_whole_warp<T>(plan.vpt);
     if (plan.lanes == 0) {
-      plan.lanes = static_cast<int>(std::min<int64_t>(32, next_pow2(ceil_div(row_vecs, plan.vpt))));
+      plan.lanes =
+          whole_warp ? 32 : static_cast<int>(std::min<int64_t>(32, next_pow2(ceil_div(row_vecs, plan.vpt))));
     }
     if (plan.lanes > 32 || (plan.lanes & (plan.lanes - 1)) != 0) fail("lanes must be a power of two <= 32");
     if (int64_t(plan.lanes) * plan.vpt < row_vecs) fail("lanes * vpt vectors do not hold a row");
-    if (!s.aligned && !on_grid && scalar_rows_whole_warp<T>(plan.vpt) && plan.lanes != 32) {
-      fail("unaligned rows of more than 8 values per lane need lanes=32");
+    if (whole_warp && plan.lanes != 32) {
+      fail("unaligned rows of more than 8 values per lane need lanes=32 (on the memory's grid: beyond kMaxVpt)");
     }
     while ((1 << rp.lanes_log2) < plan.lanes) ++rp.lanes_log2;
     launch_warp_rows<T>(rp, plan.vpt, s.aligned, on_grid,

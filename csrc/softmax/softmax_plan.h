@@ -18,7 +18,8 @@
 //            unaligned rows whose output lies on the input's 16-byte grid, dual of fp32 and 16-bit types only;
 //            resident: 16-bit or fp32 softmax and log_softmax, rows * chunks <= SMs where chunks > 1, teams aligned
 //            only)
-//   lanes    warp: lanes per row, power of two <= 32 (0: fewest that hold the row)
+//   lanes    warp: lanes per row, power of two <= 32 (0: fewest that hold the row; 32 on unaligned kernels whose
+//            team is a whole warp at compile time)
 //   vpt      warp: 16-byte vectors per lane (1, 2, 4, 8 where compiled); block/split: vectors per thread in
 //            registers (RowsTraits' small or large size); "small" / "large" name RowsTraits' sizes of the
 //            call's dtype (fp32 2 / 8, 16-bit 1 / 4, double 1 / 4)

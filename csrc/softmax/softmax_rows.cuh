@@ -118,19 +118,27 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned                    
       // Aligned rows as 16-byte vectors of the row; unaligned ones (kOnGrid) as vectors on the memory's grid, the
       // row's edges masked to -inf.
       uint4 raw[kVpl];
+      int d = 0;  // the row's misalignment: its group starts d elements before it
       if constexpr (kAligned) {
         GroupLoads<T, kVpl, true> g;
         g.load(p.x + offset, len, 0, lanes, li);
 #pragma unroll
         for (int s = 0; s < kVpl; ++s) raw[s] = g.raw[s];
       } else {
+        d = misalignment(p.x + offset);
         ShiftedRawLoads<T, kVpl> g;
-        g.load(p.x + offset, len, misalignment(p.x + offset), lanes, li);
+        g.load(p.x + offset, len, d, lanes, li);
 #pragma unroll
         for (int s = 0; s < kVpl; ++s) raw[s] = g.raw[s];
       }
+      // The wide warp (beyond kMaxVpt vectors a lane) holds rows of 129-256 vectors in 256 slots; rows of up to 160
+      // (1018-1280 elements) leave a lane's last 3 vectors -inf in every lane, and their exponentials are skipped
+      // (H200, s85 call 3, bf16 us cold: 65536x1023 52.0 -> 47.3, 65536x1104 46.7 -> 41.0, 65536x1280 47.5 -> 43.0;
+      // longer rows within 0.3 either way, 65536x1281 53.5 -> 53.7).
+      constexpr int kHead = kVpl > RowsTraits<T>::kMaxVpt ? kVpl - 3 : kVpl;
+      const bool tail = kHead == kVpl || static_cast<int>(len) + d > kHead * lanes * kVec;
       const A ref = warp_allreduce(packed_max<T>(raw), MaxOp{}, lanes);
-      const A sum = warp_allreduce(packed_sum_exp<T>(raw, ref), SumOp{}, lanes);
+      const A sum = warp_allreduce(packed_sum_exp<T, kVpl, kHead>(raw, ref, tail), SumOp{}, lanes);
       if (valid && li == 0) p.y[row] = from_acc<T>(row_lse(OnlineState<A>{ref, sum}));
       continue;
     }

@@ -705,11 +705,12 @@ def test_wide_warp_logsumexp_cuda():
     # else the block kernel's 64-thread blocks; the row max in the last vector or the first element, inputs 1 element
     # off the grid; and large_magnitude_rows (packed_lse.cuh's FusedExp2), row by row.
     rows = WIDE_WARP_ROWS_PER_SM * torch.cuda.get_device_properties(0).multi_processor_count
-    # 5 to 8 of a lane's 8 vectors live (live_vectors: 129-160, 161-192, 193-224 and 225-256 vectors a row)
+    # 5 to 8 of a lane's 8 vectors live (129-160, 161-192, 193-224 and 225-256 vectors a row); 1275 and 1280 at +1 end
+    # within a lane's first 5 vectors on some rows and past them on others (d + len against 1280: the 3-vector skip)
     for dtype, length, offset in ((torch.bfloat16, 1032, 0), (torch.float16, 2048, 0), (torch.bfloat16, 2048, 0),
                                   (torch.bfloat16, 1025, 0), (torch.float16, 2041, 0), (torch.bfloat16, 1100, 3),
                                   (torch.float16, 2040, 1), (torch.bfloat16, 1301, 0), (torch.float16, 1544, 0),
-                                  (torch.bfloat16, 1700, 5)):
+                                  (torch.bfloat16, 1700, 5), (torch.bfloat16, 1275, 0), (torch.float16, 1280, 1)):
         x = make_input(((rows + 3) * length + offset,), dtype, "cuda")[offset:].view(rows + 3, length)
         x[::7, -1] += 100.0
         x[3::7, 0] += 100.0

@@ -38,8 +38,9 @@ template <typename T, int kN> __device__ __forceinline__ float packed_max(const 
 // Sum of exp(x - ref) over the group's elements (-inf ones add 0); an infinite ref is taken as 0, as ShiftedExp
 // does, so the finalize rules see the same (m, d). One partial sum per vector: independent adds in flight. The vectors
 // from kHead on are summed only where `tail`: the caller's word that some lane may hold elements there (else they are
-// -inf vectors); one uniform branch, where a test a vector lost wherever it skipped fewer than 3 (H200, s85 calls 1-2,
-// bf16 32768x1537, one dead vector: 28.1 -> 29.4 us streamed, even where such rows took an untested copy of the loop).
+// -inf vectors); one branch, uniform over a team. A test per vector instead cost rows it skipped little or nothing of
+// (H200, s85 calls 1-2, bf16 32768x1537, one dead vector a lane: 28.1 -> 29.4 us streamed), even where such rows ran a
+// second copy of the loop without the tests.
 template <typename T, int kN, int kHead = kN>
 __device__ __forceinline__ float packed_sum_exp(const uint4 (&raw)[kN], float ref, bool tail = true) {
   const FusedExp2 e = FusedExp2::at<T>(ref);

@@ -819,7 +819,8 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
     }
     // Unaligned rows that lse_rows_on_grid allows are held on the memory's grid (s.nv vectors) beyond kMaxVpt vectors
     // a lane, and up to it where the lanes (derived: 32) hold s.nv; other unaligned rows element-wise (their own
-    // length's vectors). The heuristic's plans land on the layout it chose.
+    // length's vectors; 16-bit logsumexp rows only under forced plans since a74ee0f). The heuristic's plans land on
+    // the layout it chose.
     const int64_t own_vecs = ceil_div(s.len, kVec);
     const int64_t most_lanes = plan.lanes == 0 ? 32 : plan.lanes;
     const bool on_grid = !s.aligned && lse_rows_on_grid<T>(p.output) &&

@@ -133,9 +133,8 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned                    
       }
       // The wide warp (beyond kMaxVpt vectors a lane) holds rows of 129-256 vectors in 256 slots; rows that end in the
       // first 160 (d + len <= 1280 elements) leave a lane's last 3 vectors -inf in every lane, and their exponentials
-      // are skipped
-      // (H200, s85 call 3, bf16 us cold: 65536x1023 52.0 -> 47.3, 65536x1104 46.7 -> 41.0, 65536x1280 47.5 -> 43.0;
-      // longer rows within 0.3 either way, 65536x1281 53.5 -> 53.7).
+      // are skipped (H200, s85 call 3, bf16 us cold: 65536x1023 52.0 -> 47.3, 65536x1104 46.7 -> 41.0, 65536x1280
+      // 47.5 -> 43.0; longer rows within 0.3 either way, 65536x1281 53.5 -> 53.7).
       constexpr int kHead = kVpl > RowsTraits<T>::kMaxVpt ? kVpl - 3 : kVpl;
       const bool tail = kHead == kVpl || static_cast<int>(len) + d > kHead * lanes * kVec;
       const A ref = warp_allreduce(packed_max<T>(raw), MaxOp{}, lanes);

@@ -549,6 +549,21 @@ template <int kN> __device__ __forceinline__ int live_vectors(int rest, int nt, 
   return live;
 }
 
+// The raw 16-byte vectors of a group on the memory's grid (group: 16-byte aligned; vector s of thread t at group
+// offset o = (s * nt + t) * kVec): those that hold an element of the row ([b.lo, b.hi)) read whole, the others -inf
+// vectors, never read. For load_group_shifted and ShiftedRawLoads (packed_lse.cuh), which mask the edges after it.
+template <typename T, int kN>
+__device__ __forceinline__ void load_raw_shifted(const T* group, const ShiftedBounds& b, int nt, int t,
+                                                 uint4 (&raw)[kN]) {
+  constexpr int kVec = RowsTraits<T>::kVec;
+  const int stride = nt * kVec;
+#pragma unroll
+  for (int s = 0; s < kN; ++s) {
+    const int o = t * kVec + s * stride;
+    raw[s] = o + kVec > b.lo && o < b.hi ? load16(group + o) : neg_inf_vector<T>();
+  }
+}
+
 template <typename T, int kN>
 __device__ __forceinline__ void load_group_shifted(const T* row, int64_t len, int64_t first, int d, int nt, int t,
                                                    acc_t<T> (&v)[kN][RowsTraits<T>::kVec]) {
@@ -563,11 +578,7 @@ __device__ __forceinline__ void load_group_shifted(const T* row, int64_t len, in
   // 16-byte granule that holds an element of the row, so the read stays on the row's pages; the elements
   // outside the row are replaced by -inf below and never stored.
   uint4 raw[kN];
-#pragma unroll
-  for (int s = 0; s < kN; ++s) {
-    const int o = t * kVec + s * stride;
-    raw[s] = o + kVec > b.lo && o < b.hi ? load16(group + o) : neg_inf_vector<T>();
-  }
+  load_raw_shifted<T>(group, b, nt, t, raw);
 #pragma unroll
   for (int s = 0; s < kN; ++s) {
     const int o = t * kVec + s * stride;

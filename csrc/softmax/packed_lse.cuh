@@ -83,11 +83,7 @@ template <typename T, int kN> struct ShiftedRawLoads {
     const T* group = row - d;  // 16-byte aligned
     const int stride = nt * kVec;
     // Every load is issued before any edge is masked (load_group_shifted: a branch between them serialized them).
-#pragma unroll
-    for (int s = 0; s < kN; ++s) {
-      const int o = t * kVec + s * stride;
-      raw[s] = o + kVec > b.lo && o < b.hi ? load16(group + o) : neg_inf_vector<T>();
-    }
+    load_raw_shifted<T>(group, b, nt, t, raw);
     const unsigned ninf = neg_inf_vector<T>().x & 0xffffu;
 #pragma unroll
     for (int s = 0; s < kN; ++s) {

@@ -730,14 +730,17 @@ def test_wide_warp_logsumexp_cuda():
 @pytest.mark.cuda
 @requires_cuda
 def test_unaligned_logsumexp_grid_rows_cuda():
-    # logsumexp of unaligned 16-bit rows on the warp kernel at every team width, held as 16-byte vectors on the
-    # memory's grid with the edges masked (ShiftedRawLoads, lse_rows_on_grid): rows of 1-1017 elements (up to 128
-    # vectors on the grid, 32 lanes of 4), inputs on the grid and 1 or 3 elements off it (odd lengths: every shift
-    # among the rows), the row max at either edge; special and large-magnitude rows. Rows of 1018-1023 elements span
-    # 129 vectors: the wide warp where the rows give every SM 32 warps, else the block kernel.
+    # logsumexp of unaligned 16-bit and fp32 rows on the warp kernel at every team width, held as 16-byte vectors on
+    # the memory's grid with the edges masked (16-bit: ShiftedRawLoads, fp32: load_group_shifted; lse_rows_on_grid):
+    # rows of 1-1017 elements (16-bit: up to 128 vectors on the grid, 32 lanes of 4; fp32: up to 255, 32 lanes of
+    # 8), inputs on the grid and 1 or 3 elements off it (odd lengths: every shift among the rows), the row max at
+    # either edge; special and large-magnitude rows. 16-bit rows of 1018-1023 elements span 129 vectors: the wide warp
+    # where the rows give every SM 32 warps, else the block kernel; fp32 rows of 1018 at +1 and 1020 at +3 span 256
+    # (on the grid), 1023 257 (element-wise).
     rows = WIDE_WARP_ROWS_PER_SM * torch.cuda.get_device_properties(0).multi_processor_count
-    for dtype in (torch.bfloat16, torch.float16):
-        cases = [(67, length, offset) for length in (1, 7, 9, 97, 127, 255, 383, 1000, 1017) for offset in (0, 1, 3)]
+    for dtype in (torch.bfloat16, torch.float16, torch.float32):
+        cases = [(67, length, offset) for length in (1, 3, 5, 7, 9, 97, 127, 255, 383, 1000, 1017)
+                 for offset in (0, 1, 3)]
         cases += [(67, 1018, 1), (67, 1023, 0), (rows, 1023, 0), (rows, 1020, 3)]
         for r, length, offset in cases:
             x = make_input((r * length + offset,), dtype, "cuda")[offset:].view(r, length)
@@ -751,7 +754,8 @@ def test_unaligned_logsumexp_grid_rows_cuda():
             check_logsumexp_by_row(large_magnitude_rows((67, length), dtype), dtype)
     expected = [((67, 7), "bfloat16", "warp,lanes=1,vpt=2"), ((67, 127), "float16", "warp,lanes=8,vpt=4"),
                 ((67, 1017), "bfloat16", "warp,lanes=32,vpt=4"), ((67, 1023), "bfloat16", "block"),
-                ((rows, 1023), "float16", "warp,lanes=32,vpt=8")]
+                ((rows, 1023), "float16", "warp,lanes=32,vpt=8"), ((67, 127), "float32", "warp,lanes=16,vpt=4"),
+                ((67, 1017), "float32", "warp,lanes=32,vpt=8"), ((67, 1023), "float32", "warp,lanes=32,vpt=8")]
     for ((r, cols), dtype, kind), line in zip(expected, _auto_plans(expected, "logsumexp")):
         assert re.search(rf"plan: {r}x{cols} kind={kind},", line), (dtype, line)
 
@@ -910,13 +914,13 @@ for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.float64):
     # the longest row the configuration holds: a 1024-thread block of the large size (32 elements a thread, fp64 8),
     # or 32 lanes of vpl vectors; rows enough for several items a block when bpsm=1 caps the grid at one block an SM
     longest, rows = (1024 * (8 if dtype == torch.float64 else 32), 300) if block else (32 * vpl * vec, 3000)
-    # one unaligned length: the block's, and the warp's longest (on the memory's grid at 8 vectors a 16-bit lane); and
-    # for the warp a short unaligned row, whose derived lanes are 32 where the kernel's team is a whole warp at compile
-    # time (fp32 element-wise, 16-bit on the grid at 8 vectors), else the fewest that hold it; and one element short of
-    # the longest, which 16-bit lanes of 4 vectors hold element-wise (129 vectors on the grid; "auto" runs such rows on
-    # the wide warp or the block kernel)
+    # one unaligned length: the block's, and the warp's longest (16-bit and fp32 on the memory's grid); and for the
+    # warp a short unaligned row, whose derived lanes are 32 where the kernel's team is a whole warp at compile time
+    # (16-bit on the grid at 8 vectors), else the fewest that hold it; and one element short of the longest, which
+    # lanes of 4 vectors (fp32: and 8) hold element-wise (one vector more than the lanes hold on the grid; "auto" runs
+    # such 16-bit rows on the wide warp or the block kernel)
     lengths = (vec, longest // 2, longest) + ((longest // 2 + 1,) if block else (longest - vec + 1, 97))
-    lengths += (longest - 1,) if vpl == 4 else ()
+    lengths += (longest - 1,) if vpl == 4 or (vpl == 8 and vec == 4) else ()
     for length in lengths:
         x = t.make_input((rows, length), dtype, "cuda")
         x[::7, -1] += 100.0  # the row max in the last vector

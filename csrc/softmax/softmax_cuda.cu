@@ -499,23 +499,26 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
   //    SM kWideWarpMinRowsPerSm warps: fewer, and the 64-thread blocks' two warps a row finish sooner (H200 A/B,
   //    s83 call 1, bf16 us cold / streamed, warp vs block: 32768x2000 35.1 / 32.9 vs 43.4 / 40.8, 8192x1032
   //    10.9 / 7.4 vs 13.8 / 10.4, but 4096x2048 9.7 / 6.9 vs 9.2 / 7.0 and 100x2000 5.4 / 2.4 vs 4.9 / 1.9).
-  //    Unaligned logsumexp rows of 16-bit types are held on the memory's grid (lse_rows_on_grid), s.nv vectors,
-  //    wherever a warp holds that many; rows of 1018-1024 elements that span 129 vectors on the grid and are too
-  //    few for the wide warp take the block kernel's 64-thread blocks, as longer ones do: their warp would hold them
-  //    element-wise (H200, s85 call 1, bf16 us cold / streamed, block vs element-wise warp: 4096x1023 9.7 / 7.0 vs
-  //    11.2 / 8.1, 2048x1023 7.5 / 4.3 vs 8.3 / 6.2, 1024x1023 6.0 / 3.6 vs 7.2 / 7.2).
+  //    Unaligned logsumexp rows of 16-bit types and fp32 are held on the memory's grid (lse_rows_on_grid), s.nv
+  //    vectors, wherever a warp holds that many; rows of 1018-1024 elements that span 129 vectors on the grid and are
+  //    too few for the wide warp take the block kernel's 64-thread blocks, as longer ones do: their warp would hold
+  //    them element-wise (H200, s85 call 1, bf16 us cold / streamed, block vs element-wise warp: 4096x1023 9.7 / 7.0 vs
+  //    11.2 / 8.1, 2048x1023 7.5 / 4.3 vs 8.3 / 6.2, 1024x1023 6.0 / 3.6 vs 7.2 / 7.2). fp32 rows of 1022-1024 elements
+  //    (257 vectors on the grid) stay element-wise on the warp (not timed against blocks).
   const int64_t row_vecs = ceil_div(s.len, Traits::kVec);
   const bool rows_for_wide_warps = s.rows >= kWideWarpMinRowsPerSm * s.sms;
   const bool grid_rows = !s.aligned && lse_rows_on_grid<T>(p.output);
   const int64_t warp_vecs = rows_for_wide_warps ? 32 * warp_max_vpl<T>(p.output) : 32 * Traits::kMaxVpt;
-  const bool warp_rows = grid_rows ? s.nv <= warp_vecs : row_vecs <= 32 * Traits::kMaxVpt || s.nv <= warp_vecs;
+  const bool warp_rows = grid_rows && sizeof(T) == 2 ? s.nv <= warp_vecs
+                                                     : row_vecs <= 32 * Traits::kMaxVpt || s.nv <= warp_vecs;
   if (warp_rows) {
     plan.kind = RowsKind::Warp;
-    const int64_t vecs = grid_rows ? s.nv : row_vecs;
+    const bool on_grid = grid_rows && s.nv <= warp_vecs;
+    const int64_t vecs = on_grid ? s.nv : row_vecs;
     const int64_t per_lane = p.output == SoftmaxOutput::LogSumExp ? 4 : 2;
     plan.lanes = static_cast<int>(std::clamp<int64_t>(next_pow2(ceil_div(vecs, per_lane)), 1, 32));
     plan.vpt = static_cast<int>(next_pow2(ceil_div(vecs, plan.lanes)));
-    if (!s.aligned && !grid_rows && scalar_rows_whole_warp<T>(plan.vpt)) {
+    if (!s.aligned && !on_grid && scalar_rows_whole_warp<T>(plan.vpt)) {
       plan.lanes = static_cast<int>(next_pow2(std::min<int64_t>(row_vecs, 32)));
       plan.vpt = static_cast<int>(next_pow2(ceil_div(row_vecs, plan.lanes)));
     }

@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "softmax/softmax_kinds.h"
 
@@ -47,14 +48,16 @@ template <typename T> constexpr int kLseWarpMaxVpl = sizeof(T) == 2 ? 8 : RowsTr
 template <typename T> constexpr int warp_max_vpl(SoftmaxOutput output) {
   return output == SoftmaxOutput::LogSumExp ? kLseWarpMaxVpl<T> : RowsTraits<T>::kMaxVpt;
 }
-// Unaligned rows whose warp-kernel lanes hold them as 16-byte vectors on the memory's grid (ShiftedRawLoads, the edges
-// masked; s.nv vectors a row, one more than the row's own at most) wherever the team holds that many, at any width:
-// logsumexp of 16-bit rows, which then take the aligned rows' packed reduction (packed_lse.cuh). Element-wise, the
-// general instantiation's unpacked max and sum ran them at under half the aligned rows' speed (H200, s84 call 2, bf16
-// 65536x1023 95.8 us cold against 65536x1104's 46.9). Other unaligned warp rows stay element-wise (softmax_rows.cuh
-// says why).
+// Unaligned rows whose warp-kernel lanes hold them as 16-byte vectors on the memory's grid (the edges masked; s.nv
+// vectors a row, one more than the row's own at most) wherever the team holds that many, at any width: logsumexp of
+// 16-bit rows, which then take the aligned rows' packed reduction (packed_lse.cuh), and of fp32 rows
+// (load_group_shifted, then the aligned rows' max and sum). Element-wise, the general instantiation's unpacked max and
+// sum ran 16-bit rows at under half the aligned rows' speed (H200, s84 call 2, bf16 65536x1023 95.8 us cold against
+// 65536x1104's 46.9), fp32 ones at 55-80 % (s85 call 1: 65536x127 23.6 against 65536x128's 13.0, 32768x383 25.2 against
+// 32768x384's 20.1; rows of 1022-1024 elements span 257 vectors and stay element-wise). Other unaligned warp rows stay
+// element-wise (softmax_rows.cuh says why).
 template <typename T> constexpr bool lse_rows_on_grid(SoftmaxOutput output) {
-  return sizeof(T) == 2 && output == SoftmaxOutput::LogSumExp;
+  return (sizeof(T) == 2 || std::is_same_v<T, float>) && output == SoftmaxOutput::LogSumExp;
 }
 
 constexpr int kWarpRowsThreads = 256;    // warp-per-row kernel: 8 warps per block
@@ -90,9 +93,10 @@ template <typename T> constexpr int scalar_rows_min_blocks(int vpl) {
   const int values = vpl * RowsTraits<T>::kVec;
   return values == 16 || (sizeof(T) == 2 && values == 32) ? 4 : 3;
 }
-// Blocks per SM that the warp kernels for logsumexp of unaligned 16-bit rows on the memory's grid (ShiftedRawLoads)
-// are compiled for, set by the 8-vector one: 4 (<= 64 registers, no spills, local ptxas, s83); unbounded it took
-// 79-80, and at 5 (<= 48) it spilled 12 bytes. Not timed against the others yet.
+// Blocks per SM that the warp kernels for logsumexp of unaligned rows on the memory's grid are compiled for, set by
+// the 16-bit 8-vector one (ShiftedRawLoads): 4 (<= 64 registers, no spills, local ptxas, s83); unbounded it took
+// 79-80, and at 5 (<= 48) it spilled 12 bytes. The fp32 ones fit too (at most 64, no spills, s85). Not timed
+// against the others yet.
 constexpr int kShiftedLseMinBlocks = 4;
 constexpr int kMaxBlockThreads = 1024;   // block-per-chunk kernel: any multiple of 32 up to this
 constexpr int kSplitThreads = 512;       // rows needing more threads than this (at the large vpt) split

@@ -1,6 +1,7 @@
 // Launchers of the row-cached kernels: map (vectors per thread, aligned) onto the compiled instantiations.
 // Instantiated per dtype: warp kernel for 1, 2, 4 (and 8 where RowsTraits allows, and for logsumexp of 16-bit rows,
-// aligned and on the memory's grid: kLseWarpMaxVpl, lse_rows_on_grid) vectors per lane, block
+// aligned and on the memory's grid: kLseWarpMaxVpl) vectors per lane (logsumexp of unaligned 16-bit and fp32 rows on
+// the memory's grid too: lse_rows_on_grid), block
 // kernel for RowsTraits' small and large vectors per thread, each aligned and scalar (and at the large size the
 // block kernel fixed to logsumexp, kLse).
 #include <type_traits>
@@ -24,16 +25,16 @@ template <typename T> constexpr bool scalar_rows_general_only(int vpl) { return 
 
 // fixed: the instantiation specialized for softmax or log_softmax with the max-then-sum reduction
 // (softmax_warp_rows_kernel's kFixed), for aligned and scalar rows, except where scalar_rows_general_only; for
-// logsumexp, aligned rows and 16-bit rows on the memory's grid (lse_rows_on_grid; launch_warp_rows). Why scalar
-// rows too: those kernels issue an instruction nearly every cycle (ncu, fp32 65536x127: 0.87 issued warps per scheduler
-// against torch's 0.72), so the run-time output and reduction choices show. H200, s60 call 2, softmax, us cold /
-// streamed, general -> specialized: bf16 65536x127 22.1 / 19.2 -> 20.3 / 17.5, 16384x1023 35.7 / 34.3 -> 33.5 / 32.0;
-// fp32 65536x127 26.4 / 23.9 -> 24.2 / 22.2, 65536x97 26.8 / 23.2 -> 24.6 / 21.3.
+// logsumexp, aligned rows and 16-bit and fp32 rows on the memory's grid (lse_rows_on_grid; launch_warp_rows). Why
+// scalar rows too: those kernels issue an instruction nearly every cycle (ncu, fp32 65536x127: 0.87 issued warps per
+// scheduler against torch's 0.72), so the run-time output and reduction choices show. H200, s60 call 2, softmax, us
+// cold / streamed, general -> specialized: bf16 65536x127 22.1 / 19.2 -> 20.3 / 17.5, 16384x1023 35.7 / 34.3 -> 33.5 /
+// 32.0; fp32 65536x127 26.4 / 23.9 -> 24.2 / 22.2, 65536x97 26.8 / 23.2 -> 24.6 / 21.3.
 template <typename T, int kVpl, bool kAligned> RowsKernel<T> warp_kernel_of(FixedRows fixed) {
   switch (fixed) {
     case FixedRows::SafeSoftmax: return softmax_warp_rows_kernel<T, kVpl, kAligned, FixedRows::SafeSoftmax>;
     case FixedRows::SafeLogSoftmax: return softmax_warp_rows_kernel<T, kVpl, kAligned, FixedRows::SafeLogSoftmax>;
-    case FixedRows::SafeLogSumExp:  // unaligned: 16-bit rows on the memory's grid only (launch_warp_rows)
+    case FixedRows::SafeLogSumExp:  // unaligned: rows on the memory's grid only (launch_warp_rows)
       if constexpr (kAligned || lse_rows_on_grid<T>(SoftmaxOutput::LogSumExp)) {
         return softmax_warp_rows_kernel<T, kVpl, kAligned, FixedRows::SafeLogSumExp>;
       } else {
@@ -70,6 +71,8 @@ template <typename T, int kVpl> RowsKernel<T> warp_kernel(bool aligned, bool pai
     if (aligned) return warp_kernel_of<T, kVpl, true>(fixed);
     if (pairs) return pair_kernel<T, kVpl>(fixed);
     if constexpr (scalar_rows_general_only<T>(kVpl)) {
+      // logsumexp reaches an unaligned kernel fixed to it only on the memory's grid (launch_warp_rows)
+      if (fixed == FixedRows::SafeLogSumExp) return softmax_warp_rows_kernel<T, kVpl, false, FixedRows::SafeLogSumExp>;
       return softmax_warp_rows_kernel<T, kVpl, false>;
     } else {
       return warp_kernel_of<T, kVpl, false>(fixed);

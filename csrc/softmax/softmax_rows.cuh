@@ -54,20 +54,21 @@ __device__ __forceinline__ OnlineState<acc_t<T>> team_row(acc_t<T> (&v)[kVpl][Ro
 // the memory's grid: at most a read of the granule that holds the tensor's first element, all of it masked).
 // Unaligned rows (a length that is not a multiple of kVec, or a base off the 16-byte grid) take load_group's
 // element-wise layout, or where it paid (pair_rows_pay) element pairs (kPairs, pair_group.cuh); logsumexp of 16-bit
-// rows excepted wherever the team holds them on the memory's grid (ShiftedRawLoads; lse_rows_on_grid says why). Why
-// not vectors on the memory's grid as the block kernel does (load_group_shifted):
+// and fp32 rows excepted wherever the team holds them on the memory's grid (16-bit: ShiftedRawLoads, fp32:
+// load_group_shifted; lse_rows_on_grid says why). Why not vectors on the memory's grid for softmax and log_softmax as
+// the block kernel does (load_group_shifted):
 // such a row may need one more vector than its length fills, which doubled the vectors per lane of 127-element
 // fp32 rows (65536x127: 35.7 us against 23.9 element-wise on the H200), and staging a block's rows through
 // shared memory as one span ran slower still (fp32 32.0 us, 65536x129 46.7, 16384x1023 57.2; NOTES "s59 call
 // 3"). Register bound: ptxas left alone keeps the vector variants spill-free (at most 63 registers), but spilled
 // the 32-scalar variants; the unaligned ones take scalar_rows_min_blocks (softmax_launch.h) for that.
-// kFixed (not General): launched only for softmax, log_softmax or logsumexp (aligned rows, and unaligned 16-bit rows
-// it holds on the memory's grid: ShiftedRawLoads) with the max-then-sum
+// kFixed (not General): launched only for softmax, log_softmax or logsumexp (aligned rows, and unaligned 16-bit and
+// fp32 rows it holds on the memory's grid) with the max-then-sum
 // reduction (what "auto" runs on these rows), so neither the output nor the reduction is a run-time choice. Why: in
 // a one-wave call every instruction between the loads and the stores shows, and the run-time choices (the online
 // branch, the output's selects and paths) nearly double the body: bf16, 2 vectors per lane, 488 SASS instructions
 // against 280 (sm_90a). H100 probe s25, bf16 65536x128: 12.6-12.8 us against 12.8-13.2 (a same-size copy 12.2-12.4).
-// Scalar rows take it too, but for fp32 at 8 vectors per lane (softmax_rows.cu says why).
+// Scalar rows take it too, but for fp32 softmax and log_softmax at 8 vectors per lane (softmax_rows.cu says why).
 // The output and reduction a warp-rows instantiation fixes at compile time (General: both read from p).
 enum class FixedRows { General, SafeSoftmax, SafeLogSoftmax, SafeLogSumExp };
 template <typename T, int kVpl, bool kAligned, FixedRows kFixed = FixedRows::General, bool kPairs = false>
@@ -78,11 +79,12 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned                    
   begin_dependent_grid();
   using A = acc_t<T>;
   constexpr int kVec = RowsTraits<T>::kVec;
-  // Unaligned rows of more than 8 values per lane use whole warps (scalar_rows_whole_warp; the host guarantees it),
-  // but for those on the memory's grid (ShiftedRawLoads) up to kMaxVpt vectors a lane, which take any team width as
-  // aligned rows do (short rows: several rows per warp, several vectors per lane). Beyond kMaxVpt the width stays a
-  // compile-time 32: a run-time one took that kernel from 808 to 936 SASS instructions (sm_90a) and bf16 logsumexp
-  // 65536x1100 from 51.1 to 58.1 us cold, 32768x1537 from 30.9 to 33.8 (H200, s84 calls 2 and 4).
+  // Unaligned rows of more than 8 values per lane use whole warps (scalar_rows_whole_warp; the host guarantees it), but
+  // for those on the memory's grid (16-bit: ShiftedRawLoads, fp32: load_group_shifted) up to kMaxVpt vectors a lane,
+  // which take any team width as aligned rows do (short rows: several rows per warp, several vectors per lane). Beyond
+  // kMaxVpt the width stays a compile-time 32: a run-time one took that kernel from 808 to 936 SASS instructions
+  // (sm_90a) and bf16 logsumexp 65536x1100 from 51.1 to 58.1 us cold, 32768x1537 from 30.9 to 33.8 (H200, s84 calls 2
+  // and 4).
   constexpr bool kOnGrid =
       !kAligned && kFixed == FixedRows::SafeLogSumExp && lse_rows_on_grid<T>(SoftmaxOutput::LogSumExp);
   constexpr bool kWholeWarp =
@@ -147,6 +149,8 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned                    
     if constexpr (kPairs) {
       d = valid ? pair_shift(p.x + offset) : 0;
       load_pairs<T, kVpl>(p.x + offset, len, d, lanes, li, v);
+    } else if constexpr (kOnGrid) {  // fp32 logsumexp rows on the memory's grid, the edges -inf (16-bit: above)
+      load_group_shifted<T, kVpl>(p.x + offset, len, 0, misalignment(p.x + offset), lanes, li, v);
     } else {
       load_group<T, kVpl, kAligned>(p.x + offset, len, 0, lanes, li, v);
     }

@@ -700,29 +700,32 @@ WIDE_WARP_ROWS_PER_SM = 32  # softmax_cuda.cu: kWideWarpMinRowsPerSm
 @pytest.mark.cuda
 @requires_cuda
 def test_wide_warp_logsumexp_cuda():
-    # logsumexp of 16-bit rows of 1025-2048 elements (unaligned: up to 2041, held on the memory's grid with its edges
-    # masked, ShiftedRawLoads): "auto" runs one warp a row at 8 vectors a lane where the rows give every SM 32 warps,
-    # else the block kernel's 64-thread blocks; the row max in the last vector or the first element, inputs 1 element
-    # off the grid; and large_magnitude_rows (packed_lse.cuh's FusedExp2), row by row.
+    # logsumexp of 16-bit rows of 1025-2048 elements (unaligned ones held on the memory's grid with its edges masked,
+    # ShiftedRawLoads, the granule past 256 vectors folded in: FoldedGranule): "auto" runs one warp a row at 8 vectors
+    # a lane where the rows give every SM 32 warps, else the block kernel's 64-thread blocks; the row max in the last
+    # vector or the first element, inputs 1 element off the grid; and large_magnitude_rows (packed_lse.cuh's
+    # FusedExp2), row by row.
     rows = WIDE_WARP_ROWS_PER_SM * torch.cuda.get_device_properties(0).multi_processor_count
     # 5 to 8 of a lane's 8 vectors live (129-160, 161-192, 193-224 and 225-256 vectors a row); 1275 and 1280 at +1 end
-    # within a lane's first 5 vectors on some rows and past them on others (d + len against 1280: the 3-vector skip)
+    # within a lane's first 5 vectors on some rows and past them on others (d + len against 1280: the 3-vector skip);
+    # 2047 and 2045 at +3 span 257 vectors on the grid on most rows (the fold)
     for dtype, length, offset in ((torch.bfloat16, 1032, 0), (torch.float16, 2048, 0), (torch.bfloat16, 2048, 0),
                                   (torch.bfloat16, 1025, 0), (torch.float16, 2041, 0), (torch.bfloat16, 1100, 3),
                                   (torch.float16, 2040, 1), (torch.bfloat16, 1301, 0), (torch.float16, 1544, 0),
-                                  (torch.bfloat16, 1700, 5), (torch.bfloat16, 1275, 0), (torch.float16, 1280, 1)):
+                                  (torch.bfloat16, 1700, 5), (torch.bfloat16, 1275, 0), (torch.float16, 1280, 1),
+                                  (torch.bfloat16, 2047, 0), (torch.float16, 2045, 3)):
         x = make_input(((rows + 3) * length + offset,), dtype, "cuda")[offset:].view(rows + 3, length)
         x[::7, -1] += 100.0
         x[3::7, 0] += 100.0
         poison("cuda", x.shape[0] * x.element_size())
         check_against_reference(fae.logsumexp(x, -1), logsumexp_ref(x, -1), torch.logsumexp(x, -1), dtype,
                                 f"logsumexp {x.shape[0]}x{length}")
-    for dtype, length in ((torch.float16, 1032), (torch.bfloat16, 2048), (torch.bfloat16, 2041)):
+    for dtype, length in ((torch.float16, 1032), (torch.bfloat16, 2048), (torch.bfloat16, 2047)):
         check_logsumexp_by_row(large_magnitude_rows((rows, length), dtype), dtype)
     expected = [((rows, 2048), "bfloat16", "warp,lanes=32,vpt=8"), ((rows, 1032), "float16", "warp,lanes=32,vpt=8"),
                 ((rows, 2041), "bfloat16", "warp,lanes=32,vpt=8"), ((rows, 1025), "float16", "warp,lanes=32,vpt=8"),
-                ((rows - 1, 2048), "bfloat16", "block"), ((rows, 2047), "bfloat16", "block"),
-                ((rows, 2056), "bfloat16", "block"), ((rows, 1023), "bfloat16", "warp,lanes=32,vpt=8")]
+                ((rows - 1, 2048), "bfloat16", "block"), ((rows, 2047), "bfloat16", "warp,lanes=32,vpt=8"),
+                ((rows, 2056), "bfloat16", "block"), ((rows, 1023), "bfloat16", "warp,lanes=32,vpt=4")]
     for ((r, cols), dtype, kind), line in zip(expected, _auto_plans(expected, "logsumexp")):
         assert re.search(rf"plan: {r}x{cols} kind={kind},", line), (dtype, line)
 
@@ -731,12 +734,11 @@ def test_wide_warp_logsumexp_cuda():
 @requires_cuda
 def test_unaligned_logsumexp_grid_rows_cuda():
     # logsumexp of unaligned 16-bit and fp32 rows on the warp kernel at every team width, held as 16-byte vectors on
-    # the memory's grid with the edges masked (16-bit: ShiftedRawLoads, fp32: load_group_shifted; lse_rows_on_grid):
-    # rows of 1-1017 elements (16-bit: up to 128 vectors on the grid, 32 lanes of 4; fp32: up to 255, 32 lanes of
-    # 8), inputs on the grid and 1 or 3 elements off it (odd lengths: every shift among the rows), the row max at
-    # either edge; special and large-magnitude rows. 16-bit rows of 1018-1023 elements span 129 vectors: the wide warp
-    # where the rows give every SM 32 warps, else the block kernel; fp32 rows of 1018 at +1 and 1020 at +3 span 256
-    # (on the grid), 1023 257 (element-wise).
+    # the memory's grid with the edges masked (16-bit: ShiftedRawLoads, fp32: load_row_folded; lse_rows_on_grid) in
+    # the slots of their own vectors: rows of 1-1023 elements (16-bit: up to 128 vectors, 32 lanes of 4; fp32: up to
+    # 256, 32 lanes of 8), inputs on the grid and 1 or 3 elements off it (odd lengths: every shift among the rows), the
+    # row max at either edge; special and large-magnitude rows. Where a row's shift takes it one granule past its own
+    # vectors (3, 7, 127, 255, 1023 on most shifts), lane 0 folds that granule in (FoldedGranule).
     rows = WIDE_WARP_ROWS_PER_SM * torch.cuda.get_device_properties(0).multi_processor_count
     for dtype in (torch.bfloat16, torch.float16, torch.float32):
         cases = [(67, length, offset) for length in (1, 3, 5, 7, 9, 97, 127, 255, 383, 1000, 1017)
@@ -752,9 +754,9 @@ def test_unaligned_logsumexp_grid_rows_cuda():
         for length in (7, 127, 1017):
             _run_special(special_rows(length, dtype, "cuda").repeat(3, 1), f"x{length}", ROW_AND_LSE_OPS[2:])
             check_logsumexp_by_row(large_magnitude_rows((67, length), dtype), dtype)
-    expected = [((67, 7), "bfloat16", "warp,lanes=1,vpt=2"), ((67, 127), "float16", "warp,lanes=8,vpt=4"),
-                ((67, 1017), "bfloat16", "warp,lanes=32,vpt=4"), ((67, 1023), "bfloat16", "block"),
-                ((rows, 1023), "float16", "warp,lanes=32,vpt=8"), ((67, 127), "float32", "warp,lanes=16,vpt=4"),
+    expected = [((67, 7), "bfloat16", "warp,lanes=1,vpt=1"), ((67, 127), "float16", "warp,lanes=4,vpt=4"),
+                ((67, 1017), "bfloat16", "warp,lanes=32,vpt=4"), ((67, 1023), "bfloat16", "warp,lanes=32,vpt=4"),
+                ((rows, 1023), "float16", "warp,lanes=32,vpt=4"), ((67, 127), "float32", "warp,lanes=8,vpt=4"),
                 ((67, 1017), "float32", "warp,lanes=32,vpt=8"), ((67, 1023), "float32", "warp,lanes=32,vpt=8")]
     for ((r, cols), dtype, kind), line in zip(expected, _auto_plans(expected, "logsumexp")):
         assert re.search(rf"plan: {r}x{cols} kind={kind},", line), (dtype, line)

@@ -564,21 +564,13 @@ __device__ __forceinline__ void load_raw_shifted(const T* group, const ShiftedBo
   }
 }
 
+// Unpacks the raw vectors of load_raw_shifted, the elements outside the row ([b.lo, b.hi)) -inf.
 template <typename T, int kN>
-__device__ __forceinline__ void load_group_shifted(const T* row, int64_t len, int64_t first, int d, int nt, int t,
-                                                   acc_t<T> (&v)[kN][RowsTraits<T>::kVec]) {
+__device__ __forceinline__ void unpack_shifted(const uint4 (&raw)[kN], const ShiftedBounds& b, int nt, int t,
+                                               acc_t<T> (&v)[kN][RowsTraits<T>::kVec]) {
   using A = acc_t<T>;
   constexpr int kVec = RowsTraits<T>::kVec;
-  const ShiftedBounds b(len, first, d);
-  const T* group = row + (first - d);  // 16-byte aligned
   const int stride = nt * kVec;
-  // Every load is issued before any is used: with the unpack inside a per-vector branch (element-wise loads
-  // for the edge vectors) each vector's load waited before the next one issued (s59: bf16 2000x10007 36 us
-  // where the aligned 2000x10000 takes 24). An edge vector is read whole: its 16 bytes lie in one aligned
-  // 16-byte granule that holds an element of the row, so the read stays on the row's pages; the elements
-  // outside the row are replaced by -inf below and never stored.
-  uint4 raw[kN];
-  load_raw_shifted<T>(group, b, nt, t, raw);
 #pragma unroll
   for (int s = 0; s < kN; ++s) {
     const int o = t * kVec + s * stride;
@@ -588,6 +580,58 @@ __device__ __forceinline__ void load_group_shifted(const T* row, int64_t len, in
       for (int j = 0; j < kVec; ++j) v[s][j] = b.inside(o + j) ? v[s][j] : neg_inf<A>();
     }
   }
+}
+
+// A whole row (first = 0) on the memory's grid spans ceil((d + len) / kVec) granules, one more than its own vectors
+// (ceil(len / kVec)) where d + len passes their end. A team that holds only the row's own vectors leaves that last
+// granule (group offset `past`, the team's slots end there) out: lane 0 reads it whole (its 16 bytes lie in a granule
+// that holds an element of the row, as load_group_shifted's edges do) and `count` of its first elements lie in the row,
+// at most d: they fit the places of lane 0's first vector that lie before the row (-inf there). Every other lane reads
+// nothing (count <= 0, the raw vector -inf). Why: the extra granule doubled the team's slots on rows of a power of two
+// vectors less one element (fp32 65536x127: 33 of 64, 23.2 us cold against 65536x128's 12.8, H200 s86 call 1).
+template <typename T> struct FoldedGranule {
+  uint4 raw;
+  int count;
+  FoldedGranule() = default;
+  __device__ __forceinline__ FoldedGranule(const T* group, const ShiftedBounds& b, int past, int t)
+      : count(t == 0 ? b.hi - past : 0) {
+    raw = count > 0 ? load16(group + past) : neg_inf_vector<T>();
+  }
+};
+
+template <typename T, int kN>
+__device__ __forceinline__ void load_group_shifted(const T* row, int64_t len, int64_t first, int d, int nt, int t,
+                                                   acc_t<T> (&v)[kN][RowsTraits<T>::kVec]) {
+  const ShiftedBounds b(len, first, d);
+  const T* group = row + (first - d);  // 16-byte aligned
+  // Every load is issued before any is used: with the unpack inside a per-vector branch (element-wise loads
+  // for the edge vectors) each vector's load waited before the next one issued (s59: bf16 2000x10007 36 us
+  // where the aligned 2000x10000 takes 24). An edge vector is read whole: its 16 bytes lie in one aligned
+  // 16-byte granule that holds an element of the row, so the read stays on the row's pages; the elements
+  // outside the row are replaced by -inf below and never stored.
+  uint4 raw[kN];
+  load_raw_shifted<T>(group, b, nt, t, raw);
+  unpack_shifted<T>(raw, b, nt, t, v);
+}
+
+// A row held whole by a team of nt lanes, kN vectors a lane, on the memory's grid: load_group_shifted's layout
+// (first = 0), and the granule past the team's slots, where the row spans one granule more than its own vectors
+// (FoldedGranule), folded into the first lane's first vector. For logsumexp, where the order of a row's elements does
+// not matter.
+template <typename T, int kN>
+__device__ __forceinline__ void load_row_folded(const T* row, int64_t len, int d, int nt, int t,
+                                                acc_t<T> (&v)[kN][RowsTraits<T>::kVec]) {
+  constexpr int kVec = RowsTraits<T>::kVec;
+  const ShiftedBounds b(len, 0, d);
+  const T* group = row - d;  // 16-byte aligned
+  uint4 raw[kN];
+  load_raw_shifted<T>(group, b, nt, t, raw);  // every load before any is used (load_group_shifted says why)
+  const FoldedGranule<T> past(group, b, nt * kN * kVec, t);
+  unpack_shifted<T>(raw, b, nt, t, v);
+  acc_t<T> e[kVec];
+  VecIO<T>::unpack(past.raw, e);
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) v[0][j] = j < past.count ? e[j] : v[0][j];
 }
 
 template <typename T, int kN>

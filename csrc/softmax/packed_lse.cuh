@@ -72,10 +72,11 @@ __device__ __forceinline__ float packed_sum_exp(const uint4 (&raw)[kN], float re
 // (of nt) covers elements o - d + [0, kVec) of the row, o = (s * nt + t) * kVec, d = the row's misalignment; vectors
 // wholly outside the row are -inf vectors and never read, and an edge vector (the row's first and last) is read whole
 // (its 16 bytes lie in one 16-byte granule that holds an element of the row: load_group_shifted says why that is safe)
-// with the elements outside the row set to -inf. For logsumexp of unaligned 16-bit rows on the warp kernel, at any
-// team width and vectors a lane wherever the team holds s.nv vectors (lse_rows_on_grid): the row then takes the
-// aligned rows' packed reduction (packed_max, packed_sum_exp) at one vector more at most.
-template <typename T, int kN> struct ShiftedRawLoads {
+// with the elements outside the row set to -inf; kFold: a last granule past the team's slots is folded into lane 0's
+// first vector (FoldedGranule). For logsumexp of unaligned 16-bit rows on the warp kernel, at any team width and
+// vectors a lane that hold the row's own vectors (lse_rows_on_grid): the row then takes the aligned rows' packed
+// reduction (packed_max, packed_sum_exp) at the aligned rows' vectors.
+template <typename T, int kN, bool kFold> struct ShiftedRawLoads {
   static constexpr int kVec = RowsTraits<T>::kVec;
   uint4 raw[kN];
   __device__ __forceinline__ void load(const T* row, int64_t len, int d, int nt, int t) {
@@ -84,6 +85,8 @@ template <typename T, int kN> struct ShiftedRawLoads {
     const int stride = nt * kVec;
     // Every load is issued before any edge is masked (load_group_shifted: a branch between them serialized them).
     load_raw_shifted<T>(group, b, nt, t, raw);
+    [[maybe_unused]] FoldedGranule<T> past;
+    if constexpr (kFold) past = FoldedGranule<T>(group, b, nt * kN * kVec, t);
     const unsigned ninf = neg_inf_vector<T>().x & 0xffffu;
 #pragma unroll
     for (int s = 0; s < kN; ++s) {
@@ -98,6 +101,16 @@ template <typename T, int kN> struct ShiftedRawLoads {
         }
         raw[s] = make_uint4(w[0], w[1], w[2], w[3]);
       }
+    }
+    if constexpr (kFold) {  // the granule past the team's slots: its row elements take lane 0's first places
+      const unsigned e[4] = {past.raw.x, past.raw.y, past.raw.z, past.raw.w};
+      unsigned w[4] = {raw[0].x, raw[0].y, raw[0].z, raw[0].w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const unsigned folded = (2 * i < past.count ? 0x0000ffffu : 0u) | (2 * i + 1 < past.count ? 0xffff0000u : 0u);
+        w[i] = (e[i] & folded) | (w[i] & ~folded);
+      }
+      raw[0] = make_uint4(w[0], w[1], w[2], w[3]);
     }
   }
 };

@@ -447,8 +447,8 @@ bool unaligned_pipe_rows(const SoftmaxProblem& p, const RowsShape& s) {
 
 // The whole kernel choice. Rows (inner == 1), with nv = len / kVec 16-byte vectors per row (unaligned rows: the most
 // vectors a row spans on the memory's grid, ceil((len + kVec - 1) / kVec)):
-//  1. warp-per-row       nv <= 32 * kMaxVpt (1024 fp32 / fp16 / bf16 elements, 512 doubles; logsumexp of 16-bit rows
-//                        2048, unaligned 2041: warp_max_vpl), any algorithm;
+//  1. warp-per-row       ceil(len / kVec) <= 32 * kMaxVpt (1024 fp32 / fp16 / bf16 elements, 512 doubles; logsumexp
+//                        of 16-bit rows 2048: warp_max_vpl), any algorithm;
 //                        aligned rows get >= 2 vectors per lane where the row has them (teams of < 32 lanes
 //                        for short rows; on the H100 sweep 2 beat 4 for 128-element bf16 rows), logsumexp
 //                        >= 4;
@@ -494,31 +494,28 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
   //    s60 call 3, us cold / streamed: fp32 65536x127 on 16 lanes x 8 values 21.1 / 19.6 against 24.1 / 22.5
   //    on 32 x 4, torch 22.0 / 20.0; 65536x97 20.1 / 17.4 against 23.6 / 21.4; 65536x61 13.1 / 11.3 against
   //    13.6 / 11.7).
-  //    Rows beyond kMaxVpt vectors a lane (logsumexp of 16-bit rows of 1025-2048 elements; unaligned ones counted
-  //    on the memory's grid, s.nv, as ShiftedRawLoads holds them) take the warp kernel only where they give every
-  //    SM kWideWarpMinRowsPerSm warps: fewer, and the 64-thread blocks' two warps a row finish sooner (H200 A/B,
-  //    s83 call 1, bf16 us cold / streamed, warp vs block: 32768x2000 35.1 / 32.9 vs 43.4 / 40.8, 8192x1032
-  //    10.9 / 7.4 vs 13.8 / 10.4, but 4096x2048 9.7 / 6.9 vs 9.2 / 7.0 and 100x2000 5.4 / 2.4 vs 4.9 / 1.9).
-  //    Unaligned logsumexp rows of 16-bit types and fp32 are held on the memory's grid (lse_rows_on_grid), s.nv
-  //    vectors, wherever a warp holds that many; rows of 1018-1024 elements that span 129 vectors on the grid and are
-  //    too few for the wide warp take the block kernel's 64-thread blocks, as longer ones do: their warp would hold
-  //    them element-wise (H200, s85 call 1, bf16 us cold / streamed, block vs element-wise warp: 4096x1023 9.7 / 7.0 vs
-  //    11.2 / 8.1, 2048x1023 7.5 / 4.3 vs 8.3 / 6.2, 1024x1023 6.0 / 3.6 vs 7.2 / 7.2). fp32 rows of 1022-1024 elements
-  //    (257 vectors on the grid) stay element-wise on the warp (not timed against blocks).
+  //    Rows beyond kMaxVpt vectors a lane (logsumexp of 16-bit rows of 1025-2048 elements) take the warp kernel only
+  //    where they give every SM kWideWarpMinRowsPerSm warps: fewer, and the 64-thread blocks' two warps a row finish
+  //    sooner (H200 A/B, s83 call 1, bf16 us cold / streamed, warp vs block: 32768x2000 35.1 / 32.9 vs 43.4 / 40.8,
+  //    8192x1032 10.9 / 7.4 vs 13.8 / 10.4, but 4096x2048 9.7 / 6.9 vs 9.2 / 7.0 and 100x2000 5.4 / 2.4 vs 4.9 / 1.9).
+  //    Unaligned logsumexp rows of 16-bit types and fp32 are held on the memory's grid (lse_rows_on_grid) in the
+  //    slots of their own vectors, as aligned rows of that length are: the granule a row's misalignment adds past
+  //    them is folded into a slot's places before the row (FoldedGranule). Counted on the grid (s.nv), rows a power of
+  //    two vectors long less an element took twice the slots (H200, s86 calls 2-3, us cold / streamed, main -> folded:
+  //    fp32 65536x127 22.9 / 19.4 -> 14.3 / 11.4, 65536x255 41.2 / 37.5 -> 23.5 / 20.6, 16384x1023 25.5 / 22.6 -> 21.7
+  //    / 18.7; bf16 65536x127 14.0 / 10.9 -> 9.9 / 6.9, 65536x1023 47.4 / 45.1 -> 42.5 / 40.1, 32768x2047 56.6 / 53.7
+  //    -> 35.3 / 33.2, 4096x1023 9.7 / 7.2 (block) -> 7.5 / 4.2).
   const int64_t row_vecs = ceil_div(s.len, Traits::kVec);
   const bool rows_for_wide_warps = s.rows >= kWideWarpMinRowsPerSm * s.sms;
   const bool grid_rows = !s.aligned && lse_rows_on_grid<T>(p.output);
+  // unaligned rows off the grid: 32 * kMaxVpt (warp_max_vpl is kMaxVpt for them)
   const int64_t warp_vecs = rows_for_wide_warps ? 32 * warp_max_vpl<T>(p.output) : 32 * Traits::kMaxVpt;
-  const bool warp_rows = grid_rows && sizeof(T) == 2 ? s.nv <= warp_vecs
-                                                     : row_vecs <= 32 * Traits::kMaxVpt || s.nv <= warp_vecs;
-  if (warp_rows) {
+  if (row_vecs <= warp_vecs) {
     plan.kind = RowsKind::Warp;
-    const bool on_grid = grid_rows && s.nv <= warp_vecs;
-    const int64_t vecs = on_grid ? s.nv : row_vecs;
     const int64_t per_lane = p.output == SoftmaxOutput::LogSumExp ? 4 : 2;
-    plan.lanes = static_cast<int>(std::clamp<int64_t>(next_pow2(ceil_div(vecs, per_lane)), 1, 32));
-    plan.vpt = static_cast<int>(next_pow2(ceil_div(vecs, plan.lanes)));
-    if (!s.aligned && !on_grid && scalar_rows_whole_warp<T>(plan.vpt)) {
+    plan.lanes = static_cast<int>(std::clamp<int64_t>(next_pow2(ceil_div(row_vecs, per_lane)), 1, 32));
+    plan.vpt = static_cast<int>(next_pow2(ceil_div(row_vecs, plan.lanes)));
+    if (!s.aligned && !grid_rows && scalar_rows_whole_warp<T>(plan.vpt)) {
       plan.lanes = static_cast<int>(next_pow2(std::min<int64_t>(row_vecs, 32)));
       plan.vpt = static_cast<int>(next_pow2(ceil_div(row_vecs, plan.lanes)));
     }
@@ -820,15 +817,10 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
     if (plan.vpt > warp_max_vpl<T>(p.output)) {
       fail("vpt above the largest compiled warp kernel for this dtype and output");
     }
-    // Unaligned rows that lse_rows_on_grid allows are held on the memory's grid (s.nv vectors) beyond kMaxVpt vectors
-    // a lane, and up to it where the lanes (derived: 32) hold s.nv; other unaligned rows element-wise (their own
-    // length's vectors; 16-bit logsumexp rows only under forced plans since a74ee0f). The heuristic's plans land on
-    // the layout it chose.
-    const int64_t own_vecs = ceil_div(s.len, kVec);
-    const int64_t most_lanes = plan.lanes == 0 ? 32 : plan.lanes;
-    const bool on_grid = !s.aligned && lse_rows_on_grid<T>(p.output) &&
-                         (plan.vpt > Traits::kMaxVpt || most_lanes * plan.vpt >= s.nv);
-    const int64_t row_vecs = on_grid ? s.nv : own_vecs;
+    // Unaligned rows that lse_rows_on_grid allows are held on the memory's grid, in the slots of their own vectors
+    // (FoldedGranule); other unaligned rows element-wise.
+    const int64_t row_vecs = ceil_div(s.len, kVec);
+    const bool on_grid = !s.aligned && lse_rows_on_grid<T>(p.output);
     // The unaligned kernels whose team is a compile-time whole warp (softmax_warp_rows_kernel's kWholeWarp): rows
     // element-wise at more than 8 values a lane, and rows on the memory's grid beyond kMaxVpt vectors a lane.
     const bool whole_warp =
@@ -843,7 +835,8 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
       fail("unaligned rows of more than 8 values per lane need lanes=32 (on the memory's grid: beyond kMaxVpt)");
     }
     while ((1 << rp.lanes_log2) < plan.lanes) ++rp.lanes_log2;
-    launch_warp_rows<T>(rp, plan.vpt, s.aligned, on_grid,
+    const bool fold = on_grid && s.nv > int64_t(plan.lanes) * plan.vpt;  // s.nv: the most granules a row spans
+    launch_warp_rows<T>(rp, plan.vpt, s.aligned, on_grid, fold,
                         capped_grid(ceil_div(s.rows, kWarpRowsThreads / plan.lanes)), stream);
     return;
   }

@@ -43,19 +43,18 @@ template <typename T> struct RowsTraits {
 // whose lanes keep them raw (packed_lse.cuh: 8 vectors in 32 registers), so rows of up to 2048 elements can run on one
 // warp each instead of the block kernel's 64-thread blocks (two block reductions a row); heuristic_plan gives them the
 // warp only where there are rows enough (kWideWarpMinRowsPerSm). Unaligned rows there are held as vectors on the
-// memory's grid (ShiftedRawLoads: up to 2041 elements; lse_rows_on_grid).
+// memory's grid (ShiftedRawLoads; lse_rows_on_grid).
 template <typename T> constexpr int kLseWarpMaxVpl = sizeof(T) == 2 ? 8 : RowsTraits<T>::kMaxVpt;
 template <typename T> constexpr int warp_max_vpl(SoftmaxOutput output) {
   return output == SoftmaxOutput::LogSumExp ? kLseWarpMaxVpl<T> : RowsTraits<T>::kMaxVpt;
 }
-// Unaligned rows whose warp-kernel lanes hold them as 16-byte vectors on the memory's grid (the edges masked; s.nv
-// vectors a row, one more than the row's own at most) wherever the team holds that many, at any width: logsumexp of
-// 16-bit rows, which then take the aligned rows' packed reduction (packed_lse.cuh), and of fp32 rows
-// (load_group_shifted, then the aligned rows' max and sum). Element-wise, the general instantiation's unpacked max and
-// sum ran 16-bit rows at under half the aligned rows' speed (H200, s84 call 2, bf16 65536x1023 95.8 us cold against
-// 65536x1104's 46.9), fp32 ones at 55-80 % (s85 call 1: 65536x127 23.6 against 65536x128's 13.0, 32768x383 25.2 against
-// 32768x384's 20.1; rows of 1022-1024 elements span 257 vectors and stay element-wise). Other unaligned warp rows stay
-// element-wise (softmax_rows.cuh says why).
+// Unaligned rows whose warp-kernel lanes hold them as 16-byte vectors on the memory's grid (the edges masked), in the
+// slots of the row's own vectors (the granule past them folded in: FoldedGranule), at any width: logsumexp of 16-bit
+// rows, which then take the aligned rows' packed reduction (packed_lse.cuh), and of fp32 rows (load_row_folded, then
+// the aligned rows' max and sum). Element-wise, the general instantiation's unpacked max and sum ran 16-bit rows at
+// under half the aligned rows' speed (H200, s84 call 2, bf16 65536x1023 95.8 us cold against 65536x1104's 46.9), fp32
+// ones at 55-80 % (s85 call 1: 65536x127 23.6 against 65536x128's 13.0, 32768x383 25.2 against 32768x384's 20.1). Other
+// unaligned warp rows stay element-wise (softmax_rows.cuh says why).
 template <typename T> constexpr bool lse_rows_on_grid(SoftmaxOutput output) {
   return (sizeof(T) == 2 || std::is_same_v<T, float>) && output == SoftmaxOutput::LogSumExp;
 }
@@ -193,9 +192,10 @@ template <typename T> struct ColumnsParams {
   SoftmaxOutput output;
 };
 
-// on_grid: unaligned rows held on the memory's grid (lse_rows_on_grid; the caller checks that the team holds s.nv).
-template <typename T> void launch_warp_rows(const RowsParams<T>& p, int vpl, bool aligned, bool on_grid, int grid,
-                                            cudaStream_t stream);
+// on_grid: unaligned rows held on the memory's grid (lse_rows_on_grid; the team holds the row's own vectors); fold:
+// some row's shift can take it one granule past the team's slots (FoldedGranule).
+template <typename T> void launch_warp_rows(const RowsParams<T>& p, int vpl, bool aligned, bool on_grid, bool fold,
+                                            int grid, cudaStream_t stream);
 // Cooperative when p.chunks > 1: then every block must be co-resident (grid <= resident capacity).
 template <typename T> void launch_block_rows(const RowsParams<T>& p, int vpt, bool aligned, int threads,
                                              int grid, cudaStream_t stream);

@@ -30,13 +30,22 @@ template <typename T> constexpr bool scalar_rows_general_only(int vpl) { return 
 // scheduler against torch's 0.72), so the run-time output and reduction choices show. H200, s60 call 2, softmax, us
 // cold / streamed, general -> specialized: bf16 65536x127 22.1 / 19.2 -> 20.3 / 17.5, 16384x1023 35.7 / 34.3 -> 33.5 /
 // 32.0; fp32 65536x127 26.4 / 23.9 -> 24.2 / 22.2, 65536x97 26.8 / 23.2 -> 24.6 / 21.3.
-template <typename T, int kVpl, bool kAligned> RowsKernel<T> warp_kernel_of(FixedRows fixed) {
+// Logsumexp of unaligned rows on the memory's grid (lse_rows_on_grid), with the granule past the team's slots folded
+// in where a row's shift can reach it (kFold).
+template <typename T, int kVpl> RowsKernel<T> grid_lse_kernel(bool fold) {
+  return fold ? softmax_warp_rows_kernel<T, kVpl, false, FixedRows::SafeLogSumExp, false, true>
+              : softmax_warp_rows_kernel<T, kVpl, false, FixedRows::SafeLogSumExp>;
+}
+
+template <typename T, int kVpl, bool kAligned> RowsKernel<T> warp_kernel_of(FixedRows fixed, bool fold) {
   switch (fixed) {
     case FixedRows::SafeSoftmax: return softmax_warp_rows_kernel<T, kVpl, kAligned, FixedRows::SafeSoftmax>;
     case FixedRows::SafeLogSoftmax: return softmax_warp_rows_kernel<T, kVpl, kAligned, FixedRows::SafeLogSoftmax>;
     case FixedRows::SafeLogSumExp:  // unaligned: rows on the memory's grid only (launch_warp_rows)
-      if constexpr (kAligned || lse_rows_on_grid<T>(SoftmaxOutput::LogSumExp)) {
-        return softmax_warp_rows_kernel<T, kVpl, kAligned, FixedRows::SafeLogSumExp>;
+      if constexpr (kAligned) {
+        return softmax_warp_rows_kernel<T, kVpl, true, FixedRows::SafeLogSumExp>;
+      } else if constexpr (lse_rows_on_grid<T>(SoftmaxOutput::LogSumExp)) {
+        return grid_lse_kernel<T, kVpl>(fold);
       } else {
         return nullptr;
       }
@@ -66,33 +75,33 @@ template <typename T, int kVpl> RowsKernel<T> pair_kernel(FixedRows fixed) {
   }
 }
 
-template <typename T, int kVpl> RowsKernel<T> warp_kernel(bool aligned, bool pairs, FixedRows fixed) {
+template <typename T, int kVpl> RowsKernel<T> warp_kernel(bool aligned, bool pairs, FixedRows fixed, bool fold) {
   if constexpr (kVpl <= RowsTraits<T>::kMaxVpt) {
-    if (aligned) return warp_kernel_of<T, kVpl, true>(fixed);
+    if (aligned) return warp_kernel_of<T, kVpl, true>(fixed, false);
     if (pairs) return pair_kernel<T, kVpl>(fixed);
     if constexpr (scalar_rows_general_only<T>(kVpl)) {
       // logsumexp reaches an unaligned kernel fixed to it only on the memory's grid (launch_warp_rows)
-      if (fixed == FixedRows::SafeLogSumExp) return softmax_warp_rows_kernel<T, kVpl, false, FixedRows::SafeLogSumExp>;
+      if (fixed == FixedRows::SafeLogSumExp) return grid_lse_kernel<T, kVpl>(fold);
       return softmax_warp_rows_kernel<T, kVpl, false>;
     } else {
-      return warp_kernel_of<T, kVpl, false>(fixed);
+      return warp_kernel_of<T, kVpl, false>(fixed, fold);
     }
   } else if constexpr (kVpl <= kLseWarpMaxVpl<T>) {  // logsumexp of 16-bit rows only (warp_max_vpl)
     if (fixed != FixedRows::SafeLogSumExp) return nullptr;
     return aligned ? softmax_warp_rows_kernel<T, kVpl, true, FixedRows::SafeLogSumExp>
-                   : softmax_warp_rows_kernel<T, kVpl, false, FixedRows::SafeLogSumExp>;  // ShiftedRawLoads
+                   : grid_lse_kernel<T, kVpl>(fold);  // ShiftedRawLoads
   } else {
     return nullptr;
   }
 }
 
-template <typename T> RowsKernel<T> select_warp_kernel(int vpl, bool aligned, bool pairs, FixedRows fixed) {
+template <typename T> RowsKernel<T> select_warp_kernel(int vpl, bool aligned, bool pairs, FixedRows fixed, bool fold) {
   RowsKernel<T> k = nullptr;
   switch (vpl) {
-    case 1: k = warp_kernel<T, 1>(aligned, pairs, fixed); break;
-    case 2: k = warp_kernel<T, 2>(aligned, pairs, fixed); break;
-    case 4: k = warp_kernel<T, 4>(aligned, pairs, fixed); break;
-    case 8: k = warp_kernel<T, 8>(aligned, pairs, fixed); break;
+    case 1: k = warp_kernel<T, 1>(aligned, pairs, fixed, fold); break;
+    case 2: k = warp_kernel<T, 2>(aligned, pairs, fixed, fold); break;
+    case 4: k = warp_kernel<T, 4>(aligned, pairs, fixed, fold); break;
+    case 8: k = warp_kernel<T, 8>(aligned, pairs, fixed, fold); break;
     default: break;
   }
   TORCH_CHECK(k != nullptr, "flash_attn_ext softmax: no warp-per-row kernel for ", vpl, " vectors per lane");
@@ -119,7 +128,8 @@ template <typename T> RowsKernel<T> select_block_kernel(int vpt, bool aligned, b
 }  // namespace
 
 template <typename T>
-void launch_warp_rows(const RowsParams<T>& p, int vpl, bool aligned, bool on_grid, int grid, cudaStream_t stream) {
+void launch_warp_rows(const RowsParams<T>& p, int vpl, bool aligned, bool on_grid, bool fold, int grid,
+                      cudaStream_t stream) {
   // logsumexp: unaligned rows held element-wise take the general instantiation.
   const bool fixed_lse = aligned || on_grid;
   const FixedRows fixed = p.online                                 ? FixedRows::General
@@ -134,7 +144,7 @@ void launch_warp_rows(const RowsParams<T>& p, int vpl, bool aligned, bool on_gri
   const bool pairs = !aligned && fixed != FixedRows::General && fixed != FixedRows::SafeLogSumExp &&
                      pair_rows_pay<T>(vpl, fixed == FixedRows::SafeLogSoftmax) &&
                      pair_shift(p.x) == pair_shift(p.y) && held >= p.len + (p.len % 2 == 1 ? 1 : pair_shift(p.x));
-  launch_kernel(select_warp_kernel<T>(vpl, aligned, pairs, fixed), grid, kWarpRowsThreads, 0, stream,
+  launch_kernel(select_warp_kernel<T>(vpl, aligned, pairs, fixed, on_grid && fold), grid, kWarpRowsThreads, 0, stream,
                 LaunchKind::Plain, p);
 }
 
@@ -153,7 +163,7 @@ void launch_block_rows(const RowsParams<T>& p, int vpt, bool aligned, int thread
 }
 
 #define FAE_INSTANTIATE_ROWS(T)                                                                              \
-  template void launch_warp_rows<T>(const RowsParams<T>&, int, bool, bool, int, cudaStream_t);               \
+  template void launch_warp_rows<T>(const RowsParams<T>&, int, bool, bool, bool, int, cudaStream_t);         \
   template int block_rows_blocks_per_sm<T>(int, bool, int, size_t);                                          \
   template void launch_block_rows<T>(const RowsParams<T>&, int, bool, int, int, cudaStream_t);
 FAE_INSTANTIATE_ROWS(float)

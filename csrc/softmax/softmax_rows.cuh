@@ -48,16 +48,17 @@ __device__ __forceinline__ OnlineState<acc_t<T>> team_row(acc_t<T> (&v)[kVpl][Ro
 
 // Warp-per-row. Block: 256 threads = 8 warps; a team of 2^p.lanes_log2 lanes (a power of two, aligned
 // within the warp) owns one row, so a block owns 256 / lanes consecutive rows and walks row groups
-// grid-stride. Each lane holds kVpl vectors of kVec elements: len <= lanes * kVpl * kVec (rows on the memory's grid:
-// len + their misalignment, lanes * kVpl >= s.nv). Reductions are
+// grid-stride. Each lane holds kVpl vectors of kVec elements: len <= lanes * kVpl * kVec (rows on the memory's grid
+// too: the granule past the slots is folded into them, FoldedGranule). Reductions are
 // xor-shuffles inside the team. Teams past the last row run the shuffles (the warp must) but touch no memory (rows on
 // the memory's grid: at most a read of the granule that holds the tensor's first element, all of it masked).
 // Unaligned rows (a length that is not a multiple of kVec, or a base off the 16-byte grid) take load_group's
 // element-wise layout, or where it paid (pair_rows_pay) element pairs (kPairs, pair_group.cuh); logsumexp of 16-bit
-// and fp32 rows excepted wherever the team holds them on the memory's grid (16-bit: ShiftedRawLoads, fp32:
-// load_group_shifted; lse_rows_on_grid says why). Why not vectors on the memory's grid for softmax and log_softmax as
+// and fp32 rows excepted, held on the memory's grid (16-bit: ShiftedRawLoads, fp32: load_row_folded; lse_rows_on_grid
+// says why). Why not vectors on the memory's grid for softmax and log_softmax as
 // the block kernel does (load_group_shifted):
-// such a row may need one more vector than its length fills, which doubled the vectors per lane of 127-element
+// such a row may need one more vector than its length fills (logsumexp folds it in: the order of its elements does
+// not matter), which doubled the vectors per lane of 127-element
 // fp32 rows (65536x127: 35.7 us against 23.9 element-wise on the H200), and staging a block's rows through
 // shared memory as one span ran slower still (fp32 32.0 us, 65536x129 46.7, 16384x1023 57.2; NOTES "s59 call
 // 3"). Register bound: ptxas left alone keeps the vector variants spill-free (at most 63 registers), but spilled
@@ -71,7 +72,11 @@ __device__ __forceinline__ OnlineState<acc_t<T>> team_row(acc_t<T> (&v)[kVpl][Ro
 // Scalar rows take it too, but for fp32 softmax and log_softmax at 8 vectors per lane (softmax_rows.cu says why).
 // The output and reduction a warp-rows instantiation fixes at compile time (General: both read from p).
 enum class FixedRows { General, SafeSoftmax, SafeLogSoftmax, SafeLogSumExp };
-template <typename T, int kVpl, bool kAligned, FixedRows kFixed = FixedRows::General, bool kPairs = false>
+// kFold: logsumexp rows on the memory's grid whose shift can take them one granule past the team's slots
+// (FoldedGranule); the host asks for it only there, as its compares and selects cost rows that never need it (H200, s86
+// call 2, us streamed: fp32 16384x1021 18.3 -> 18.9, bf16 16384x1017 11.8 -> 12.1).
+template <typename T, int kVpl, bool kAligned, FixedRows kFixed = FixedRows::General, bool kPairs = false,
+          bool kFold = false>
 __global__ void __launch_bounds__(kWarpRowsThreads, kAligned                              ? 0
                                                    : kFixed == FixedRows::SafeLogSumExp ? kShiftedLseMinBlocks
                                                                                         : scalar_rows_min_blocks<T>(kVpl))
@@ -80,7 +85,7 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned                    
   using A = acc_t<T>;
   constexpr int kVec = RowsTraits<T>::kVec;
   // Unaligned rows of more than 8 values per lane use whole warps (scalar_rows_whole_warp; the host guarantees it), but
-  // for those on the memory's grid (16-bit: ShiftedRawLoads, fp32: load_group_shifted) up to kMaxVpt vectors a lane,
+  // for those on the memory's grid (16-bit: ShiftedRawLoads, fp32: load_row_folded) up to kMaxVpt vectors a lane,
   // which take any team width as aligned rows do (short rows: several rows per warp, several vectors per lane). Beyond
   // kMaxVpt the width stays a compile-time 32: a run-time one took that kernel from 808 to 936 SASS instructions
   // (sm_90a) and bf16 logsumexp 65536x1100 from 51.1 to 58.1 us cold, 32768x1537 from 30.9 to 33.8 (H200, s84 calls 2
@@ -128,7 +133,7 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned                    
         for (int s = 0; s < kVpl; ++s) raw[s] = g.raw[s];
       } else {
         d = misalignment(p.x + offset);
-        ShiftedRawLoads<T, kVpl> g;
+        ShiftedRawLoads<T, kVpl, kFold> g;
         g.load(p.x + offset, len, d, lanes, li);
 #pragma unroll
         for (int s = 0; s < kVpl; ++s) raw[s] = g.raw[s];
@@ -149,7 +154,9 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned                    
     if constexpr (kPairs) {
       d = valid ? pair_shift(p.x + offset) : 0;
       load_pairs<T, kVpl>(p.x + offset, len, d, lanes, li, v);
-    } else if constexpr (kOnGrid) {  // fp32 logsumexp rows on the memory's grid, the edges -inf (16-bit: above)
+    } else if constexpr (kOnGrid && kFold) {  // fp32 logsumexp rows on the memory's grid, edges -inf (16-bit: above)
+      load_row_folded<T, kVpl>(p.x + offset, len, misalignment(p.x + offset), lanes, li, v);
+    } else if constexpr (kOnGrid) {
       load_group_shifted<T, kVpl>(p.x + offset, len, 0, misalignment(p.x + offset), lanes, li, v);
     } else {
       load_group<T, kVpl, kAligned>(p.x + offset, len, 0, lanes, li, v);

@@ -708,7 +708,7 @@ def test_wide_warp_logsumexp_cuda():
     rows = WIDE_WARP_ROWS_PER_SM * torch.cuda.get_device_properties(0).multi_processor_count
     # 5 to 8 of a lane's 8 vectors live (129-160, 161-192, 193-224 and 225-256 vectors a row); 1275 and 1280 at +1 end
     # within a lane's first 5 vectors on some rows and past them on others (d + len against 1280: the 3-vector skip);
-    # 2047 and 2045 at +3 span 257 vectors on the grid on most rows (the fold)
+    # 2047 spans 257 vectors on the grid on 6 of 8 shifts, 2045 at +3 on half the rows (the fold)
     for dtype, length, offset in ((torch.bfloat16, 1032, 0), (torch.float16, 2048, 0), (torch.bfloat16, 2048, 0),
                                   (torch.bfloat16, 1025, 0), (torch.float16, 2041, 0), (torch.bfloat16, 1100, 3),
                                   (torch.float16, 2040, 1), (torch.bfloat16, 1301, 0), (torch.float16, 1544, 0),
@@ -738,7 +738,8 @@ def test_unaligned_logsumexp_grid_rows_cuda():
     # the slots of their own vectors: rows of 1-1023 elements (16-bit: up to 128 vectors, 32 lanes of 4; fp32: up to
     # 256, 32 lanes of 8), inputs on the grid and 1 or 3 elements off it (odd lengths: every shift among the rows), the
     # row max at either edge; special and large-magnitude rows. Where a row's shift takes it one granule past its own
-    # vectors (3, 7, 127, 255, 1023 on most shifts), lane 0 folds that granule in (FoldedGranule).
+    # vectors (on some shifts: 3, 7, 127, 255, 1023, and for 16-bit 5, 1018 at +1, 1020 at +3), lane 0 folds that
+    # granule in (FoldedGranule).
     rows = WIDE_WARP_ROWS_PER_SM * torch.cuda.get_device_properties(0).multi_processor_count
     for dtype in (torch.bfloat16, torch.float16, torch.float32):
         cases = [(67, length, offset) for length in (1, 3, 5, 7, 9, 97, 127, 255, 383, 1000, 1017)
@@ -918,9 +919,9 @@ for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.float64):
     longest, rows = (1024 * (8 if dtype == torch.float64 else 32), 300) if block else (32 * vpl * vec, 3000)
     # one unaligned length: the block's, and the warp's longest (16-bit and fp32 on the memory's grid); and for the
     # warp a short unaligned row, whose derived lanes are 32 where the kernel's team is a whole warp at compile time
-    # (16-bit on the grid at 8 vectors), else the fewest that hold it; and one element short of the longest, which
-    # lanes of 4 vectors (fp32: and 8) hold element-wise (one vector more than the lanes hold on the grid; "auto" runs
-    # such 16-bit rows on the wide warp or the block kernel)
+    # (16-bit on the grid at 8 vectors), else the fewest that hold it; and one element short of the longest at 4
+    # vectors (fp32: and 8), on the grid one granule past the lanes' slots on most shifts (16-bit and fp32: folded,
+    # FoldedGranule; fp64 element-wise)
     lengths = (vec, longest // 2, longest) + ((longest // 2 + 1,) if block else (longest - vec + 1, 97))
     lengths += (longest - 1,) if vpl == 4 or (vpl == 8 and vec == 4) else ()
     for length in lengths:

@@ -551,7 +551,8 @@ template <int kN> __device__ __forceinline__ int live_vectors(int rest, int nt, 
 
 // The raw 16-byte vectors of a group on the memory's grid (group: 16-byte aligned; vector s of thread t at group
 // offset o = (s * nt + t) * kVec): those that hold an element of the row ([b.lo, b.hi)) read whole, the others -inf
-// vectors, never read. For load_group_shifted and ShiftedRawLoads (packed_lse.cuh), which mask the edges after it.
+// vectors, never read. For load_group_shifted, load_row_folded and ShiftedRawLoads (packed_lse.cuh), which mask the
+// edges after it.
 template <typename T, int kN>
 __device__ __forceinline__ void load_raw_shifted(const T* group, const ShiftedBounds& b, int nt, int t,
                                                  uint4 (&raw)[kN]) {

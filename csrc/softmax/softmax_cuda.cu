@@ -515,7 +515,7 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
     const int64_t per_lane = p.output == SoftmaxOutput::LogSumExp ? 4 : 2;
     plan.lanes = static_cast<int>(std::clamp<int64_t>(next_pow2(ceil_div(row_vecs, per_lane)), 1, 32));
     plan.vpt = static_cast<int>(next_pow2(ceil_div(row_vecs, plan.lanes)));
-    if (!s.aligned && !grid_rows && scalar_rows_whole_warp<T>(plan.vpt)) {
+    if (whole_warp_team<T>(s.aligned, grid_rows, plan.vpt)) {
       plan.lanes = static_cast<int>(next_pow2(std::min<int64_t>(row_vecs, 32)));
       plan.vpt = static_cast<int>(next_pow2(ceil_div(row_vecs, plan.lanes)));
     }
@@ -821,10 +821,7 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
     // (FoldedGranule); other unaligned rows element-wise.
     const int64_t row_vecs = ceil_div(s.len, kVec);
     const bool on_grid = !s.aligned && lse_rows_on_grid<T>(p.output);
-    // The unaligned kernels whose team is a compile-time whole warp (softmax_warp_rows_kernel's kWholeWarp): rows
-    // element-wise at more than 8 values a lane, and rows on the memory's grid beyond kMaxVpt vectors a lane.
-    const bool whole_warp =
-        !s.aligned && (!on_grid || plan.vpt > Traits::kMaxVpt) && scalar_rows_whole_warp<T>(plan.vpt);
+    const bool whole_warp = whole_warp_team<T>(s.aligned, on_grid, plan.vpt);
     if (plan.lanes == 0) {
       plan.lanes =
           whole_warp ? 32 : static_cast<int>(std::min<int64_t>(32, next_pow2(ceil_div(row_vecs, plan.vpt))));

@@ -66,6 +66,12 @@ constexpr int kWarpRowsThreads = 256;    // warp-per-row kernel: 8 warps per blo
 // 20.2 on 16 lanes of 8, 65536x61 23.5 against 13.0, 32768x383 37.1 against 29.8; fp32 32768x383 36.2 against
 // 31.6). Up to 8 values a lane take any team width (softmax_cuda.cu's warp rule says where that pays).
 template <typename T> constexpr bool scalar_rows_whole_warp(int vpl) { return vpl * RowsTraits<T>::kVec > 8; }
+// Whether an unaligned warp-rows kernel's team is a compile-time whole warp (softmax_warp_rows_kernel's kWholeWarp,
+// which says why): rows element by element at more than 8 values a lane, and rows on the memory's grid
+// (lse_rows_on_grid) beyond kMaxVpt vectors a lane. The host plans and checks lanes by the same rule.
+template <typename T> constexpr bool whole_warp_team(bool aligned, bool on_grid, int vpl) {
+  return !aligned && scalar_rows_whole_warp<T>(vpl) && (!on_grid || vpl > RowsTraits<T>::kMaxVpt);
+}
 // Unaligned warp rows that softmax and log_softmax (max-then-sum) move as element pairs (pair_group.cuh) rather
 // than element by element. Softmax: 16-bit rows at <= 2 vectors per lane, fp32 at >= 4 (whole warps). H200, s61
 // call 3, us cold, element-wise -> pairs (both with the 16-bit fast exponential): paid on bf16 65536x127 18.0 ->

@@ -144,7 +144,7 @@ void launch_warp_rows(const RowsParams<T>& p, int vpl, bool aligned, bool on_gri
   const bool pairs = !aligned && fixed != FixedRows::General && fixed != FixedRows::SafeLogSumExp &&
                      pair_rows_pay<T>(vpl, fixed == FixedRows::SafeLogSoftmax) &&
                      pair_shift(p.x) == pair_shift(p.y) && held >= p.len + (p.len % 2 == 1 ? 1 : pair_shift(p.x));
-  launch_kernel(select_warp_kernel<T>(vpl, aligned, pairs, fixed, on_grid && fold), grid, kWarpRowsThreads, 0, stream,
+  launch_kernel(select_warp_kernel<T>(vpl, aligned, pairs, fixed, fold), grid, kWarpRowsThreads, 0, stream,
                 LaunchKind::Plain, p);
 }
 

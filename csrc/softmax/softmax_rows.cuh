@@ -91,8 +91,7 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned                    
   // and 4).
   constexpr bool kOnGrid =
       !kAligned && kFixed == FixedRows::SafeLogSumExp && lse_rows_on_grid<T>(SoftmaxOutput::LogSumExp);
-  constexpr bool kWholeWarp =
-      !kAligned && scalar_rows_whole_warp<T>(kVpl) && (!kOnGrid || kVpl > RowsTraits<T>::kMaxVpt);
+  constexpr bool kWholeWarp = whole_warp_team<T>(kAligned, kOnGrid, kVpl);
   const int lanes_log2 = kWholeWarp ? 5 : p.lanes_log2;
   const int lanes = 1 << lanes_log2;
   const int li = threadIdx.x & (lanes - 1);

@@ -742,9 +742,11 @@ def test_unaligned_logsumexp_grid_rows_cuda():
     # granule in (FoldedGranule).
     rows = WIDE_WARP_ROWS_PER_SM * torch.cuda.get_device_properties(0).multi_processor_count
     for dtype in (torch.bfloat16, torch.float16, torch.float32):
-        cases = [(67, length, offset) for length in (1, 3, 5, 7, 9, 97, 127, 255, 383, 1000, 1017)
+        cases = [(67, length, offset) for length in (1, 3, 5, 7, 9, 15, 31, 63, 97, 127, 255, 383, 511, 1000, 1017)
                  for offset in (0, 1, 3)]
-        cases += [(67, 1018, 1), (67, 1023, 0), (rows, 1023, 0), (rows, 1020, 3)]
+        # 1024 at +7 and 128 at +3: every row d elements off the grid and folded with count = d (lane 0's first vector
+        # all but its last places from the granule past the slots; 16-bit d = 7: word 3's halves from both)
+        cases += [(67, 1018, 1), (67, 1023, 0), (rows, 1023, 0), (rows, 1020, 3), (67, 1024, 7), (67, 128, 3)]
         for r, length, offset in cases:
             x = make_input((r * length + offset,), dtype, "cuda")[offset:].view(r, length)
             x[::7, -1] += 100.0
@@ -921,8 +923,8 @@ for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.float64):
     # warp a short unaligned row, whose derived lanes are 32 where the kernel's team is a whole warp at compile time
     # (16-bit on the grid at 8 vectors), else the fewest that hold it; and one element short of the longest at 4
     # vectors (fp32: and 8), on the grid one granule past the lanes' slots on most shifts (16-bit and fp32: folded,
-    # FoldedGranule; fp64 element-wise)
-    lengths = (vec, longest // 2, longest) + ((longest // 2 + 1,) if block else (longest - vec + 1, 97))
+    # FoldedGranule; fp64 element-wise); 127: folded at fewer lanes than 32 (fp32 at 8 vectors: 4 lanes)
+    lengths = (vec, longest // 2, longest) + ((longest // 2 + 1,) if block else (longest - vec + 1, 97, 127))
     lengths += (longest - 1,) if vpl == 4 or (vpl == 8 and vec == 4) else ()
     for length in lengths:
         x = t.make_input((rows, length), dtype, "cuda")

@@ -950,6 +950,52 @@ def test_forced_logsumexp_rows_cuda(config):
     assert child.returncode == 0 and "checked" in child.stdout, child.stderr[-3000:]
 
 
+FORCED_GRID_ROWS_CHECK = """
+import os
+import torch
+import flash_attn_ext as fae
+import test_softmax as t
+vpl = int(os.environ["FAE_SOFTMAX_CONFIG"].split("vpt=")[1].split(",")[0])
+for dtype in (torch.float32, torch.bfloat16, torch.float16):
+    vec = 16 // (torch.finfo(dtype).bits // 8)
+    if vpl * vec > 32:
+        continue  # softmax's warp kernels hold at most kMaxVpt vectors a lane
+    longest = 32 * vpl * vec
+    # rows the team holds in the slots of its own vectors at every width the lengths derive: one element, one vector, odd
+    # lengths on a power of two vectors less one element (folded on most shifts), and the longest, less one and
+    # less a vector plus one; inputs on the grid and 1 or 3 elements off it (odd lengths: every shift among the rows)
+    lengths = sorted({1, 3, vec, vec + 1, 2 * vec - 1, 97, longest // 2 - 1, longest - vec + 1, longest - 1})
+    for length in [n for n in lengths if 0 < n <= longest] + [longest]:  # longest: unaligned at +1 and +3 only
+        for offset in (0, 1, 3):
+            x = t.make_input((67 * length + offset,), dtype, "cuda")[offset:].view(67, length)
+            x[::7, -1] += 100.0  # the row max in the last element: folded on most shifts
+            x[3::7, 0] += 100.0
+            for op, ref_fn, torch_fn in t.ROW_OPS:  # off the grid, the fresh output lies on another: stores apart
+                t.poison("cuda", x.numel() * x.element_size())
+                t.check_against_reference(op(x, -1), ref_fn(x, -1), torch_fn(x, -1), dtype,
+                                          f"{op.__name__} 67x{length} at +{offset}")
+    t._run_special(t.special_rows(longest - 1, dtype, "cuda").repeat(3, 1), f"x{longest - 1}")
+    try:  # the online reduction has no instantiation on the grid: an error naming it, not a fallback
+        fae.softmax(t.make_input((3, 97), dtype, "cuda"), -1, algorithm="online")
+        raise AssertionError("grid=1 with algorithm='online' did not raise")
+    except RuntimeError as e:
+        assert "grid=1 is compiled for the max-then-sum reduction" in str(e), e
+print("checked")
+"""
+
+
+@pytest.mark.cuda
+@requires_cuda
+@pytest.mark.parametrize("config", ["kind=warp,vpt=1,grid=1", "kind=warp,vpt=2,grid=1", "kind=warp,vpt=4,grid=1",
+                                    "kind=warp,vpt=8,grid=1"])
+def test_forced_grid_softmax_rows_cuda(config):
+    # softmax and log_softmax of unaligned rows held as 16-byte vectors on the memory's grid in the slots of their own
+    # vectors, the granule past them folded in (grid=1, FoldedGranule; "auto" does not take them yet): every shift,
+    # team widths 1-32, the row max in the folded granule.
+    child = run_in_fresh_python(FORCED_GRID_ROWS_CHECK, timeout=None, FAE_SOFTMAX_CONFIG=config)
+    assert child.returncode == 0 and "checked" in child.stdout, child.stderr[-3000:]
+
+
 DEAD_VECTORS_CHECK = """
 import os
 import torch
@@ -1329,7 +1375,8 @@ def test_cpu_isa_variants(isa):
     ("kind=warp,lanes=abc", "lanes=abc is not a non-negative integer"),
     ("kind=warp,lanes=3,vpt=2", "lanes must be a power of two"),
     ("kind=warp,vpt=3", "vpt must be 1, 2, 4 or 8"),
-    ("kind=pipe,pieces=1", "a ring of fewer than 2 pieces")])
+    ("kind=pipe,pieces=1", "a ring of fewer than 2 pieces"),
+    ("kind=warp,vpt=2,grid=2", "grid must be 0 or 1")])
 def test_forced_config_errors_cuda(config, message):
     if config.startswith("kind=pipe") and torch.cuda.get_device_capability() < (9, 0):
         pytest.skip("the pipelined kernel needs sm_90 (before it, the error names that)")

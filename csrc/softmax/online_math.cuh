@@ -658,6 +658,22 @@ __device__ __forceinline__ void store_group_shifted(T* row, int64_t len, int64_t
   }
 }
 
+// The store of load_row_folded's row: store_group_shifted's, then lane 0 writes the folded elements (its first
+// vector's places before the row) back to the granule past the team's slots, element by element.
+template <typename T, int kN>
+__device__ __forceinline__ void store_row_folded(T* row, int64_t len, int d, int nt, int t,
+                                                 const acc_t<T> (&v)[kN][RowsTraits<T>::kVec]) {
+  constexpr int kVec = RowsTraits<T>::kVec;
+  store_group_shifted<T, kN>(row, len, 0, d, nt, t, v);
+  const int past = nt * kN * kVec;
+  const int count = t == 0 ? ShiftedBounds(len, 0, d).hi - past : 0;  // <= d (FoldedGranule)
+  T* group = row - d;  // the input's grid: element o of the group is the row's o - d
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) {
+    if (j < count) group[past + j] = from_acc<T>(v[0][j]);
+  }
+}
+
 // The per-element epilogue of softmax / log_softmax once the row's (m, d) is known. `ref` is the max the
 // thread's cached terms were taken against: softmax y = rescale(x, ref) * scale, log_softmax y = x - shift.
 // kFastRecip (float only) takes 1 / d as __fdividef(1, d): within 2 ulp, since d >= 1 whenever it is finite

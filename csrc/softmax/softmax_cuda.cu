@@ -817,10 +817,14 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
     if (plan.vpt > warp_max_vpl<T>(p.output)) {
       fail("vpt above the largest compiled warp kernel for this dtype and output");
     }
-    // Unaligned rows that lse_rows_on_grid allows are held on the memory's grid, in the slots of their own vectors
-    // (FoldedGranule); other unaligned rows element-wise.
+    // Unaligned rows that lse_rows_on_grid allows, and softmax and log_softmax ones under grid=1, are held on the
+    // memory's grid, in the slots of their own vectors (FoldedGranule); other unaligned rows element-wise.
     const int64_t row_vecs = ceil_div(s.len, kVec);
-    const bool on_grid = !s.aligned && lse_rows_on_grid<T>(p.output);
+    if (plan.grid != 0 && plan.grid != 1) fail("grid must be 0 or 1");
+    const bool grid_softmax = plan.grid == 1 && !s.aligned && p.output != SoftmaxOutput::LogSumExp;
+    if (grid_softmax && !grid_rows_compiled<T>) fail("grid=1 is compiled for float32, float16 and bfloat16 only");
+    if (grid_softmax && online_on_chip) fail("grid=1 is compiled for the max-then-sum reduction (safe or auto) only");
+    const bool on_grid = !s.aligned && (lse_rows_on_grid<T>(p.output) || grid_softmax);
     const bool whole_warp = whole_warp_team<T>(s.aligned, on_grid, plan.vpt);
     if (plan.lanes == 0) {
       plan.lanes =

@@ -68,9 +68,11 @@ RowsPlan parse_rows_plan(const std::string& text) {
       plan.pieces = parse_int(key, value);
     } else if (key == "rows") {
       plan.rows = parse_int(key, value);
+    } else if (key == "grid") {
+      plan.grid = parse_int(key, value);
     } else {
       TORCH_CHECK(false, kEnv, ": unknown key '", key,
-                  "' (keys: kind, lanes, vpt, threads, smem, chunks, bpsm, steps, pieces, rows)");
+                  "' (keys: kind, lanes, vpt, threads, smem, chunks, bpsm, steps, pieces, rows, grid)");
     }
   }
   TORCH_CHECK(has_kind, kEnv, "='", text, "' names no kind (kind=warp|block|split|stream|pipe|dual|resident)");
@@ -101,7 +103,7 @@ std::string describe(const RowsPlan& p) {
   std::ostringstream s;
   s << "kind=" << kKinds[static_cast<int>(p.kind)] << ",lanes=" << p.lanes << ",vpt=" << p.vpt
     << ",threads=" << p.threads << ",smem=" << p.smem << ",chunks=" << p.chunks << ",bpsm=" << p.bpsm
-    << ",steps=" << p.steps << ",pieces=" << p.pieces << ",rows=" << p.rows;
+    << ",steps=" << p.steps << ",pieces=" << p.pieces << ",rows=" << p.rows << ",grid=" << p.grid;
   return s.str();
 }
 

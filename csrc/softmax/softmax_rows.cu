@@ -31,10 +31,24 @@ template <typename T> constexpr bool scalar_rows_general_only(int vpl) { return 
 // cold / streamed, general -> specialized: bf16 65536x127 22.1 / 19.2 -> 20.3 / 17.5, 16384x1023 35.7 / 34.3 -> 33.5 /
 // 32.0; fp32 65536x127 26.4 / 23.9 -> 24.2 / 22.2, 65536x97 26.8 / 23.2 -> 24.6 / 21.3.
 // Logsumexp of unaligned rows on the memory's grid (lse_rows_on_grid), with the granule past the team's slots folded
-// in where a row's shift can reach it (kFold).
+// in where a row's shift can reach it (GridRows::Folded).
 template <typename T, int kVpl> RowsKernel<T> grid_lse_kernel(bool fold) {
-  return fold ? softmax_warp_rows_kernel<T, kVpl, false, FixedRows::SafeLogSumExp, false, true>
-              : softmax_warp_rows_kernel<T, kVpl, false, FixedRows::SafeLogSumExp>;
+  return fold ? softmax_warp_rows_kernel<T, kVpl, false, FixedRows::SafeLogSumExp, false, GridRows::Folded>
+              : softmax_warp_rows_kernel<T, kVpl, false, FixedRows::SafeLogSumExp, false, GridRows::Grid>;
+}
+
+// Softmax and log_softmax of unaligned rows on the memory's grid (a forced plan's grid=1): the folded instantiation
+// only, for rows that need the fold and rows that do not (fp32 and 16-bit types: grid_rows_compiled).
+template <typename T, int kVpl> RowsKernel<T> grid_softmax_kernel(FixedRows fixed) {
+  if constexpr (grid_rows_compiled<T>) {
+    if (fixed == FixedRows::SafeSoftmax) {
+      return softmax_warp_rows_kernel<T, kVpl, false, FixedRows::SafeSoftmax, false, GridRows::Folded>;
+    }
+    if (fixed == FixedRows::SafeLogSoftmax) {
+      return softmax_warp_rows_kernel<T, kVpl, false, FixedRows::SafeLogSoftmax, false, GridRows::Folded>;
+    }
+  }
+  return nullptr;
 }
 
 template <typename T, int kVpl, bool kAligned> RowsKernel<T> warp_kernel_of(FixedRows fixed, bool fold) {
@@ -75,9 +89,13 @@ template <typename T, int kVpl> RowsKernel<T> pair_kernel(FixedRows fixed) {
   }
 }
 
-template <typename T, int kVpl> RowsKernel<T> warp_kernel(bool aligned, bool pairs, FixedRows fixed, bool fold) {
+template <typename T, int kVpl>
+RowsKernel<T> warp_kernel(bool aligned, bool pairs, FixedRows fixed, bool on_grid, bool fold) {
   if constexpr (kVpl <= RowsTraits<T>::kMaxVpt) {
     if (aligned) return warp_kernel_of<T, kVpl, true>(fixed, false);
+    if (on_grid && (fixed == FixedRows::SafeSoftmax || fixed == FixedRows::SafeLogSoftmax)) {
+      return grid_softmax_kernel<T, kVpl>(fixed);
+    }
     if (pairs) return pair_kernel<T, kVpl>(fixed);
     if constexpr (scalar_rows_general_only<T>(kVpl)) {
       // logsumexp reaches an unaligned kernel fixed to it only on the memory's grid (launch_warp_rows)
@@ -95,13 +113,14 @@ template <typename T, int kVpl> RowsKernel<T> warp_kernel(bool aligned, bool pai
   }
 }
 
-template <typename T> RowsKernel<T> select_warp_kernel(int vpl, bool aligned, bool pairs, FixedRows fixed, bool fold) {
+template <typename T>
+RowsKernel<T> select_warp_kernel(int vpl, bool aligned, bool pairs, FixedRows fixed, bool on_grid, bool fold) {
   RowsKernel<T> k = nullptr;
   switch (vpl) {
-    case 1: k = warp_kernel<T, 1>(aligned, pairs, fixed, fold); break;
-    case 2: k = warp_kernel<T, 2>(aligned, pairs, fixed, fold); break;
-    case 4: k = warp_kernel<T, 4>(aligned, pairs, fixed, fold); break;
-    case 8: k = warp_kernel<T, 8>(aligned, pairs, fixed, fold); break;
+    case 1: k = warp_kernel<T, 1>(aligned, pairs, fixed, on_grid, fold); break;
+    case 2: k = warp_kernel<T, 2>(aligned, pairs, fixed, on_grid, fold); break;
+    case 4: k = warp_kernel<T, 4>(aligned, pairs, fixed, on_grid, fold); break;
+    case 8: k = warp_kernel<T, 8>(aligned, pairs, fixed, on_grid, fold); break;
     default: break;
   }
   TORCH_CHECK(k != nullptr, "flash_attn_ext softmax: no warp-per-row kernel for ", vpl, " vectors per lane");
@@ -141,10 +160,10 @@ void launch_warp_rows(const RowsParams<T>& p, int vpl, bool aligned, bool on_gri
   // the output's pairs lie on the input's and every row's pairs fit (an odd-length row's shift alternates: count
   // one for it).
   const int64_t held = (int64_t(1) << p.lanes_log2) * vpl * RowsTraits<T>::kVec;
-  const bool pairs = !aligned && fixed != FixedRows::General && fixed != FixedRows::SafeLogSumExp &&
+  const bool pairs = !aligned && !on_grid && fixed != FixedRows::General && fixed != FixedRows::SafeLogSumExp &&
                      pair_rows_pay<T>(vpl, fixed == FixedRows::SafeLogSoftmax) &&
                      pair_shift(p.x) == pair_shift(p.y) && held >= p.len + (p.len % 2 == 1 ? 1 : pair_shift(p.x));
-  launch_kernel(select_warp_kernel<T>(vpl, aligned, pairs, fixed, fold), grid, kWarpRowsThreads, 0, stream,
+  launch_kernel(select_warp_kernel<T>(vpl, aligned, pairs, fixed, on_grid, fold), grid, kWarpRowsThreads, 0, stream,
                 LaunchKind::Plain, p);
 }
 

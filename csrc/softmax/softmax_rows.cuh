@@ -71,14 +71,18 @@ __device__ __forceinline__ OnlineState<acc_t<T>> team_row(acc_t<T> (&v)[kVpl][Ro
 // Scalar rows take it too, but for fp32 softmax and log_softmax at 8 vectors per lane (softmax_rows.cu says why).
 // The output and reduction a warp-rows instantiation fixes at compile time (General: both read from p).
 enum class FixedRows { General, SafeSoftmax, SafeLogSoftmax, SafeLogSumExp };
-// kFold: logsumexp rows on the memory's grid whose shift can take them one granule past the team's slots
-// (FoldedGranule); the host asks for it only there, as its compares and selects cost rows that never need it (H200, s86
-// call 2, us streamed: fp32 16384x1021 18.3 -> 18.9, bf16 16384x1017 11.8 -> 12.1).
+// How an unaligned warp row is held: element by element (Off: load_group's scalar layout, or pairs), or as 16-byte
+// vectors on the memory's grid in the slots of its own vectors (Grid), with the granule its shift adds past them folded
+// in (Folded, FoldedGranule) where some row's shift can reach it. The host asks for Folded only there, as its compares
+// and selects cost rows that never need it (H200, s86 call 2, logsumexp, us streamed: fp32 16384x1021 18.3 -> 18.9,
+// bf16 16384x1017 11.8 -> 12.1). Logsumexp takes Grid or Folded on every unaligned 16-bit and fp32 row
+// (lse_rows_on_grid); softmax and log_softmax take Folded only under a forced plan's grid=1 (softmax_plan.h).
+enum class GridRows { Off, Grid, Folded };
 template <typename T, int kVpl, bool kAligned, FixedRows kFixed = FixedRows::General, bool kPairs = false,
-          bool kFold = false>
-__global__ void __launch_bounds__(kWarpRowsThreads, kAligned                              ? 0
-                                                   : kFixed == FixedRows::SafeLogSumExp ? kShiftedLseMinBlocks
-                                                                                        : scalar_rows_min_blocks<T>(kVpl))
+          GridRows kGrid = GridRows::Off>
+__global__ void __launch_bounds__(kWarpRowsThreads, kAligned                   ? 0
+                                                   : kGrid != GridRows::Off ? kShiftedLseMinBlocks
+                                                                             : scalar_rows_min_blocks<T>(kVpl))
     softmax_warp_rows_kernel(const RowsParams<T> p) {
   begin_dependent_grid();
   using A = acc_t<T>;
@@ -89,8 +93,8 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned                    
   // kMaxVpt the width stays a compile-time 32: a run-time one took that kernel from 808 to 936 SASS instructions
   // (sm_90a) and bf16 logsumexp 65536x1100 from 51.1 to 58.1 us cold, 32768x1537 from 30.9 to 33.8 (H200, s84 calls 2
   // and 4).
-  constexpr bool kOnGrid =
-      !kAligned && kFixed == FixedRows::SafeLogSumExp && lse_rows_on_grid<T>(SoftmaxOutput::LogSumExp);
+  constexpr bool kOnGrid = !kAligned && kGrid != GridRows::Off;
+  constexpr bool kFold = kOnGrid && kGrid == GridRows::Folded;
   constexpr bool kWholeWarp = whole_warp_team<T>(kAligned, kOnGrid, kVpl);
   const int lanes_log2 = kWholeWarp ? 5 : p.lanes_log2;
   const int lanes = 1 << lanes_log2;
@@ -148,14 +152,18 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned                    
       continue;
     }
     A v[kVpl][kVec];
-    int d = 0;  // pairs: the row's shift on the pair grid, the output row's as well (the host checks)
+    // pairs: the row's shift on the pair grid, the output row's as well (the host checks); on the memory's grid: the
+    // input row's misalignment
+    int d = 0;
     if constexpr (kPairs) {
       d = valid ? pair_shift(p.x + offset) : 0;
       load_pairs<T, kVpl>(p.x + offset, len, d, lanes, li, v);
-    } else if constexpr (kOnGrid && kFold) {  // fp32 logsumexp rows on the memory's grid, edges -inf (16-bit: above)
-      load_row_folded<T, kVpl>(p.x + offset, len, misalignment(p.x + offset), lanes, li, v);
+    } else if constexpr (kFold) {  // fp32 logsumexp and softmax rows on the memory's grid, edges -inf (16-bit lse: above)
+      d = misalignment(p.x + offset);
+      load_row_folded<T, kVpl>(p.x + offset, len, d, lanes, li, v);
     } else if constexpr (kOnGrid) {
-      load_group_shifted<T, kVpl>(p.x + offset, len, 0, misalignment(p.x + offset), lanes, li, v);
+      d = misalignment(p.x + offset);
+      load_group_shifted<T, kVpl>(p.x + offset, len, 0, d, lanes, li, v);
     } else {
       load_group<T, kVpl, kAligned>(p.x + offset, len, 0, lanes, li, v);
     }
@@ -166,6 +174,10 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned                    
     }
     if constexpr (kPairs) {
       store_pairs<T, kVpl>(p.y + offset, len, d, lanes, li, v);
+    } else if constexpr (kFold) {
+      store_row_folded<T, kVpl>(p.y + offset, len, d, lanes, li, v);
+    } else if constexpr (kOnGrid) {
+      store_group_shifted<T, kVpl>(p.y + offset, len, 0, d, lanes, li, v);
     } else {
       store_group<T, kVpl, kAligned>(p.y + offset, len, 0, lanes, li, v);
     }

@@ -251,8 +251,10 @@ def test_unaligned_rows_cuda(dtype, offset):
     # Rows that are not 16-byte aligned: odd lengths, where each row starts at its own misalignment, and an input whose
     # base lies `offset` elements past an aligned address, so that its rows and the fresh output's lie on different
     # grids (element-wise stores) even at lengths that are multiples of 8. Rows for the warp kernel (7, 100, 127, 255,
-    # 383, 1023, on teams of 8-32 lanes: softmax and log_softmax as element pairs at even offsets where those paid,
-    # the input's pairs lying on the output's pair grid, and every other case element-wise), rows the block kernel
+    # 383, 1023, on teams of 8-32 lanes: 16-bit softmax and log_softmax of 383 and 1023 at offset 0 as 16-byte vectors
+    # on the memory's grid, folded (grid_softmax_rows; 127 and 255 are too few rows for it), others as element pairs at
+    # even offsets where those paid, the input's pairs lying on the output's pair grid, and every other case
+    # element-wise), rows the block kernel
     # moves as 16-byte vectors on the memory's grid, first and last element by element (load_group_shifted): block
     # rows (1025 to 10007), rows split over blocks (fewer rows than SMs: 40_003, 100_000); and, on sm_90+ at offset 0
     # (the output on the input's grid), the pipelined kernel's shifted items (ItemVectors; "auto" takes it for tensors
@@ -956,7 +958,12 @@ import torch
 import flash_attn_ext as fae
 import test_softmax as t
 vpl = int(os.environ["FAE_SOFTMAX_CONFIG"].split("vpt=")[1].split(",")[0])
-for dtype in (torch.float32, torch.bfloat16, torch.float16):
+try:  # compiled for 16-bit types only (fp32 lost there): an error naming the dtypes, not a fallback
+    fae.softmax(t.make_input((3, 97), torch.float32, "cuda"), -1)
+    raise AssertionError("grid=1 on float32 rows did not raise")
+except RuntimeError as e:
+    assert "grid=1 is compiled for float16 and bfloat16 only" in str(e), e
+for dtype in (torch.bfloat16, torch.float16):
     vec = 16 // (torch.finfo(dtype).bits // 8)
     if vpl * vec > 32:
         continue  # softmax's warp kernels hold at most kMaxVpt vectors a lane
@@ -986,14 +993,56 @@ print("checked")
 
 @pytest.mark.cuda
 @requires_cuda
-@pytest.mark.parametrize("config", ["kind=warp,vpt=1,grid=1", "kind=warp,vpt=2,grid=1", "kind=warp,vpt=4,grid=1",
-                                    "kind=warp,vpt=8,grid=1"])
+@pytest.mark.parametrize("config", ["kind=warp,vpt=1,grid=1", "kind=warp,vpt=2,grid=1", "kind=warp,vpt=4,grid=1"])
 def test_forced_grid_softmax_rows_cuda(config):
-    # softmax and log_softmax of unaligned rows held as 16-byte vectors on the memory's grid in the slots of their own
-    # vectors, the granule past them folded in (grid=1, FoldedGranule; "auto" does not take them yet): every shift,
-    # team widths 1-32, the row max in the folded granule.
+    # softmax and log_softmax of unaligned 16-bit rows held as 16-byte vectors on the memory's grid in the slots of their
+    # own vectors, the granule past them folded in (grid=1, FoldedGranule; "auto" takes them where grid_softmax_rows
+    # says: test_grid_softmax_routing_cuda): every shift, team widths 1-32, the row max in the folded granule.
     child = run_in_fresh_python(FORCED_GRID_ROWS_CHECK, timeout=None, FAE_SOFTMAX_CONFIG=config)
     assert child.returncode == 0 and "checked" in child.stdout, child.stderr[-3000:]
+
+
+GRID_SOFTMAX_ROUTING_CHECK = """
+import torch
+import flash_attn_ext as fae
+import test_softmax as t
+ops = {fn.__name__: (fn, ref_fn, torch_fn) for fn, ref_fn, torch_fn in t.ROW_OPS}
+for rows, cols, dtype, op, offset, algorithm in CASES:
+    fn, ref_fn, torch_fn = ops[op]
+    x = t.make_input((rows * cols + offset,), getattr(torch, dtype), "cuda")[offset:].view(rows, cols)
+    t.poison("cuda", x.numel() * x.element_size())
+    t.check_against_reference(fn(x, -1, algorithm=algorithm), ref_fn(x, -1), torch_fn(x, -1), x.dtype,
+                              f"{op} {rows}x{cols} at +{offset} ({algorithm})")
+print("checked")
+"""
+
+
+@pytest.mark.cuda
+@requires_cuda
+def test_grid_softmax_routing_cuda():
+    # Where "auto" holds unaligned softmax and log_softmax rows on the memory's grid (grid=1, grid_softmax_rows): 16-bit
+    # rows of 9-128 vectors whose output lies on the input's grid, teams of >= 8 lanes of <= 4 vectors, rows of <= 32
+    # vectors only at >= 32 rows per SM; not rows of 8 vectors, fp32, aligned rows, the online reduction, nor an input
+    # off the fresh output's grid (offset 1).
+    many = 32 * torch.cuda.get_device_properties(0).multi_processor_count
+    cases = [  # rows, cols, dtype, op, offset, algorithm: lanes, vpt (None: off the grid)
+        ((many, 65, "bfloat16", "softmax", 0, "auto"), (8, 2)), ((many, 97, "float16", "log_softmax", 0, "auto"), (8, 2)),
+        ((many, 127, "bfloat16", "softmax", 0, "safe"), (8, 2)), ((many, 255, "bfloat16", "log_softmax", 0, "auto"), (8, 4)),
+        ((67, 257, "float16", "softmax", 0, "auto"), (16, 4)), ((67, 1023, "bfloat16", "log_softmax", 0, "auto"), (32, 4)),
+        ((67, 1017, "bfloat16", "softmax", 0, "auto"), (32, 4)),
+        ((many - 1, 127, "bfloat16", "softmax", 0, "auto"), None), ((many, 61, "bfloat16", "softmax", 0, "auto"), None),
+        ((many, 127, "float32", "softmax", 0, "auto"), None), ((many, 128, "bfloat16", "softmax", 0, "auto"), None),
+        ((67, 1023, "bfloat16", "softmax", 0, "online"), None), ((67, 1023, "bfloat16", "softmax", 1, "auto"), None)]
+    code = GRID_SOFTMAX_ROUTING_CHECK.replace("CASES", repr([case for case, _ in cases]))
+    child = run_in_fresh_python(code, timeout=None, FAE_SOFTMAX_LOG_PLAN="1")
+    assert child.returncode == 0 and "checked" in child.stdout, child.stderr[-3000:]
+    plans = [line for line in child.stderr.splitlines() if line.startswith("flash_attn_ext softmax plan:")]
+    assert len(plans) == len(cases), child.stderr[-3000:]
+    for ((rows, cols, *_), team), line in zip(cases, plans):
+        if team is None:
+            assert re.search(rf"plan: {rows}x{cols} kind=.*,grid=0$", line), line
+        else:
+            assert re.search(rf"plan: {rows}x{cols} kind=warp,lanes={team[0]},vpt={team[1]},.*,grid=1$", line), line
 
 
 DEAD_VECTORS_CHECK = """
@@ -1248,7 +1297,7 @@ def test_resident_routing_cuda():
         if pattern is None:
             assert "kind=resident" not in line, (dtype, line)
         else:
-            assert re.search(rf"plan: {rows}x{cols} kind=resident,.*{pattern}$", line), (dtype, line)
+            assert re.search(rf"plan: {rows}x{cols} kind=resident,.*{pattern},grid=0$", line), (dtype, line)
 
 
 def _large_sm90_sms(kernel):

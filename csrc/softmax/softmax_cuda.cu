@@ -139,6 +139,7 @@ struct RowsShape {
   int64_t row_bytes;  // len * sizeof(T)
   int64_t nv;     // 16-byte vectors per row: ceil(len / kVec), unaligned rows ceil((len + kVec - 1) / kVec)
   bool aligned;   // 16-byte vector access: x, y and the row length in bytes multiples of 16
+  bool same_grid;  // the output's 16-byte grid is the input's (both fresh tensors: the allocator aligns them alike)
   int sms;
   size_t smem_optin;     // shared memory one block may opt into
   size_t smem_per_sm;    // shared memory of an SM, all its blocks together
@@ -477,6 +478,25 @@ bool unaligned_pipe_rows(const SoftmaxProblem& p, const RowsShape& s) {
 // Many 16-bit whole rows (>= 12 per SM) up to this long take the block kernel (many_short_whole_rows).
 constexpr int64_t kBlockMaxManyRowBytes = 40 * 1024;
 constexpr int64_t kWideWarpMinRowsPerSm = 32;  // step 1's rows beyond kMaxVpt vectors a lane (see there)
+
+// Step 1's softmax and log_softmax rows held on the memory's grid, folded (plan.grid = 1; grid_softmax_compiled): 16-bit
+// unaligned rows of more than 8 vectors whose output lies on the input's grid, rows of at most 32 vectors (teams of 8
+// lanes) only where they give every SM kWideWarpMinRowsPerSm rows. Their teams are the fewest lanes, and at least 8,
+// that leave each lane <= 4 vectors. H200, s87 calls 1-2, bf16 softmax of 16 MB, us cold, auto (element-wise or pairs)
+// -> grid, lanes x vectors: 86480x97 20.4 -> 18.5 (8 x 2), 66052x127 17.1 -> 15.5 (8 x 2; 4 x 4: 18.2), 43919x191 20.5
+// -> 15.3 (8 x 4; 16 x 2: 19.1), 32896x255 17.5 -> 14.0 (8 x 4), 26296x319 17.6 -> 17.9 (16 x 4), 21902x383 16.1 ->
+// 15.5 (16 x 4; 32 x 2: 19.4), 16416x511 14.8 -> 12.9, 10936x767 18.6 -> 15.2 (32 x 4), 8200x1023 15.5 -> 12.5; torch
+// 19.5-22.6 on these. The grid lost on rows of 8 vectors (137518x61 18.5 -> 19.7 at 8 x 1, 22.3 at 4 x 2) and on few
+// short rows (4096x127 5.1 / 2.6 streamed -> 5.3 / 3.4); log_softmax and fp16 alike (log_softmax 32896x255 17.7 ->
+// 13.3, 8200x1023 15.2 -> 12.7).
+constexpr int64_t kGridSoftmaxMinVecs = 9;
+constexpr int64_t kGridSoftmaxMinLanes = 8;
+template <typename T> bool grid_softmax_rows(const SoftmaxProblem& p, const RowsShape& s, int64_t row_vecs) {
+  return grid_softmax_compiled<T> && !s.aligned && s.same_grid && p.output != SoftmaxOutput::LogSumExp &&
+         p.algorithm != SoftmaxAlgorithm::Online && row_vecs >= kGridSoftmaxMinVecs &&
+         (row_vecs > 4 * kGridSoftmaxMinLanes || s.rows >= kWideWarpMinRowsPerSm * s.sms);
+}
+
 template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const RowsShape& s) {
   using Traits = RowsTraits<T>;
   RowsPlan plan;
@@ -504,7 +524,8 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
   //    two vectors long less an element took twice the slots (H200, s86 calls 2-3, us cold / streamed, main -> folded:
   //    fp32 65536x127 22.9 / 19.4 -> 14.3 / 11.4, 65536x255 41.2 / 37.5 -> 23.5 / 20.6, 16384x1023 25.5 / 22.6 -> 21.7
   //    / 18.7; bf16 65536x127 14.0 / 10.9 -> 9.9 / 6.9, 65536x1023 47.4 / 45.1 -> 42.5 / 40.1, 32768x2047 56.6 / 53.7
-  //    -> 35.3 / 33.2, 4096x1023 9.7 / 7.2 (block) -> 7.5 / 4.2).
+  //    -> 35.3 / 33.2, 4096x1023 9.7 / 7.2 (block) -> 7.5 / 4.2). Unaligned 16-bit softmax and log_softmax rows are
+  //    held so where grid_softmax_rows says, in teams of their own.
   const int64_t row_vecs = ceil_div(s.len, Traits::kVec);
   const bool rows_for_wide_warps = s.rows >= kWideWarpMinRowsPerSm * s.sms;
   const bool grid_rows = !s.aligned && lse_rows_on_grid<T>(p.output);
@@ -512,6 +533,12 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
   const int64_t warp_vecs = rows_for_wide_warps ? 32 * warp_max_vpl<T>(p.output) : 32 * Traits::kMaxVpt;
   if (row_vecs <= warp_vecs) {
     plan.kind = RowsKind::Warp;
+    if (grid_softmax_rows<T>(p, s, row_vecs)) {  // at most 32 lanes of kMaxVpt = 4 vectors
+      plan.grid = 1;
+      plan.lanes = static_cast<int>(std::clamp<int64_t>(next_pow2(ceil_div(row_vecs, 4)), kGridSoftmaxMinLanes, 32));
+      plan.vpt = static_cast<int>(next_pow2(ceil_div(row_vecs, plan.lanes)));
+      return plan;
+    }
     const int64_t per_lane = p.output == SoftmaxOutput::LogSumExp ? 4 : 2;
     plan.lanes = static_cast<int>(std::clamp<int64_t>(next_pow2(ceil_div(row_vecs, per_lane)), 1, 32));
     plan.vpt = static_cast<int>(next_pow2(ceil_div(row_vecs, plan.lanes)));
@@ -822,7 +849,7 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
     const int64_t row_vecs = ceil_div(s.len, kVec);
     if (plan.grid != 0 && plan.grid != 1) fail("grid must be 0 or 1");
     const bool grid_softmax = plan.grid == 1 && !s.aligned && p.output != SoftmaxOutput::LogSumExp;
-    if (grid_softmax && !grid_rows_compiled<T>) fail("grid=1 is compiled for float32, float16 and bfloat16 only");
+    if (grid_softmax && !grid_softmax_compiled<T>) fail("grid=1 is compiled for float16 and bfloat16 only");
     if (grid_softmax && online_on_chip) fail("grid=1 is compiled for the max-then-sum reduction (safe or auto) only");
     const bool on_grid = !s.aligned && (lse_rows_on_grid<T>(p.output) || grid_softmax);
     const bool whole_warp = whole_warp_team<T>(s.aligned, on_grid, plan.vpt);
@@ -1095,6 +1122,7 @@ template <typename T> void softmax_cuda_typed(const SoftmaxProblem& p, cudaStrea
               row_bytes,
               ceil_div(p.len + (aligned ? 0 : RowsTraits<T>::kVec - 1), RowsTraits<T>::kVec),
               aligned,
+              false,
               prop->multiProcessorCount,
               prop->sharedMemPerBlockOptin,
               prop->sharedMemPerMultiprocessor,
@@ -1106,11 +1134,11 @@ template <typename T> void softmax_cuda_typed(const SoftmaxProblem& p, cudaStrea
               false};
   // Unaligned rows go to the pipelined kernel when the output's 16-byte grid is the input's (both fresh
   // tensors: the allocator aligns them alike), so one shift per item aligns both its copies and its stores.
-  const bool same_grid = (reinterpret_cast<uintptr_t>(x) & 15) == (reinterpret_cast<uintptr_t>(y) & 15);
+  s.same_grid = (reinterpret_cast<uintptr_t>(x) & 15) == (reinterpret_cast<uintptr_t>(y) & 15);
   const uint8_t families = sm90_families<T>();
-  s.pipe = (s.aligned || same_grid) && (families & kPipeFamily) != 0;
-  s.dual = (s.aligned || (same_grid && dual_takes_unaligned<T>())) && (families & kDualFamily) != 0;
-  s.resident = (s.aligned || same_grid) && (families & kResidentFamily) != 0;
+  s.pipe = (s.aligned || s.same_grid) && (families & kPipeFamily) != 0;
+  s.dual = (s.aligned || (s.same_grid && dual_takes_unaligned<T>())) && (families & kDualFamily) != 0;
+  s.resident = (s.aligned || s.same_grid) && (families & kResidentFamily) != 0;
   s.resident_fits = (families & kResidentFits) != 0;
   s.resident_teams_fit = (families & kResidentTeamsFit) != 0;
   const RowsPlan* forced = forced_rows_plan();

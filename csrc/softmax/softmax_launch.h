@@ -55,10 +55,14 @@ template <typename T> constexpr int warp_max_vpl(SoftmaxOutput output) {
 // under half the aligned rows' speed (H200, s84 call 2, bf16 65536x1023 95.8 us cold against 65536x1104's 46.9), fp32
 // ones at 55-80 % (s85 call 1: 65536x127 23.6 against 65536x128's 13.0, 32768x383 25.2 against 32768x384's 20.1). Other
 // unaligned warp rows stay element-wise (softmax_rows.cuh says why).
-template <typename T> constexpr bool grid_rows_compiled = sizeof(T) == 2 || std::is_same_v<T, float>;
 template <typename T> constexpr bool lse_rows_on_grid(SoftmaxOutput output) {
-  return grid_rows_compiled<T> && output == SoftmaxOutput::LogSumExp;
+  return (sizeof(T) == 2 || std::is_same_v<T, float>) && output == SoftmaxOutput::LogSumExp;
 }
+// Softmax and log_softmax (max-then-sum) of unaligned rows are compiled on the memory's grid, folded, for 16-bit types
+// only (GridRows::Folded; heuristic_plan's grid_softmax_rows says where "auto" takes them): fp32 rows lost there to
+// their element-wise and pair kernels at every width (H200, s87 call 1, softmax us cold, auto -> grid: 65536x127 21.2 ->
+// 22.4 at 2 vectors, 32768x383 28.1 -> 35.9 at 4, 16384x1023 34.7 -> 36.7 at 8).
+template <typename T> constexpr bool grid_softmax_compiled = sizeof(T) == 2;
 
 constexpr int kWarpRowsThreads = 256;    // warp-per-row kernel: 8 warps per block
 // Scalar (unaligned) warp rows of more than 8 values per lane run on whole warps: a compile-time team width
@@ -199,8 +203,8 @@ template <typename T> struct ColumnsParams {
   SoftmaxOutput output;
 };
 
-// on_grid: unaligned rows held on the memory's grid (lse_rows_on_grid, or softmax and log_softmax under a forced plan's
-// grid=1; the team holds the row's own vectors); fold: some row's shift can take it one granule past the team's slots
+// on_grid: unaligned rows held on the memory's grid (lse_rows_on_grid, or softmax and log_softmax under a plan's grid=1;
+// the team holds the row's own vectors); fold: some row's shift can take it one granule past the team's slots
 // (FoldedGranule).
 template <typename T> void launch_warp_rows(const RowsParams<T>& p, int vpl, bool aligned, bool on_grid, bool fold,
                                             int grid, cudaStream_t stream);

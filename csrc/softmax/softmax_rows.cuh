@@ -76,7 +76,8 @@ enum class FixedRows { General, SafeSoftmax, SafeLogSoftmax, SafeLogSumExp };
 // in (Folded, FoldedGranule) where some row's shift can reach it. The host asks for Folded only there, as its compares
 // and selects cost rows that never need it (H200, s86 call 2, logsumexp, us streamed: fp32 16384x1021 18.3 -> 18.9,
 // bf16 16384x1017 11.8 -> 12.1). Logsumexp takes Grid or Folded on every unaligned 16-bit and fp32 row
-// (lse_rows_on_grid); softmax and log_softmax take Folded only under a forced plan's grid=1 (softmax_plan.h).
+// (lse_rows_on_grid); softmax and log_softmax of 16-bit rows take Folded under a plan's grid=1, whether the fold is
+// needed or not (softmax_launch.h's grid_softmax_compiled; heuristic_plan's grid_softmax_rows says where).
 enum class GridRows { Off, Grid, Folded };
 template <typename T, int kVpl, bool kAligned, FixedRows kFixed = FixedRows::General, bool kPairs = false,
           GridRows kGrid = GridRows::Off>

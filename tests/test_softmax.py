@@ -964,9 +964,7 @@ try:  # compiled for 16-bit types only (fp32 lost there): an error naming the dt
 except RuntimeError as e:
     assert "grid=1 is compiled for float16 and bfloat16 only" in str(e), e
 for dtype in (torch.bfloat16, torch.float16):
-    vec = 16 // (torch.finfo(dtype).bits // 8)
-    if vpl * vec > 32:
-        continue  # softmax's warp kernels hold at most kMaxVpt vectors a lane
+    vec = 8  # softmax's 16-bit warp kernels hold at most kMaxVpt = 4 vectors a lane (the configs' vpt)
     longest = 32 * vpl * vec
     # rows the team holds in the slots of its own vectors at every width the lengths derive: one element, one vector, odd
     # lengths on a power of two vectors less one element (folded on most shifts), and the longest, less one and
@@ -1425,7 +1423,8 @@ def test_cpu_isa_variants(isa):
     ("kind=warp,lanes=3,vpt=2", "lanes must be a power of two"),
     ("kind=warp,vpt=3", "vpt must be 1, 2, 4 or 8"),
     ("kind=pipe,pieces=1", "a ring of fewer than 2 pieces"),
-    ("kind=warp,vpt=2,grid=2", "grid must be 0 or 1")])
+    ("kind=warp,vpt=2,grid=2", "grid must be 0 or 1"),
+    ("kind=block,grid=1", "grid is a key of kind=warp only")])
 def test_forced_config_errors_cuda(config, message):
     if config.startswith("kind=pipe") and torch.cuda.get_device_capability() < (9, 0):
         pytest.skip("the pipelined kernel needs sm_90 (before it, the error names that)")

@@ -617,8 +617,8 @@ __device__ __forceinline__ void load_group_shifted(const T* row, int64_t len, in
 
 // A row held whole by a team of nt lanes, kN vectors a lane, on the memory's grid: load_group_shifted's layout
 // (first = 0), and the granule past the team's slots, where the row spans one granule more than its own vectors
-// (FoldedGranule), folded into the first lane's first vector. For logsumexp, where the order of a row's elements does
-// not matter.
+// (FoldedGranule), folded into the first lane's first vector. Logsumexp needs no order among a row's elements; softmax
+// and log_softmax put the folded ones back in their places (store_row_folded).
 template <typename T, int kN>
 __device__ __forceinline__ void load_row_folded(const T* row, int64_t len, int d, int nt, int t,
                                                 acc_t<T> (&v)[kN][RowsTraits<T>::kVec]) {
@@ -667,7 +667,7 @@ __device__ __forceinline__ void store_row_folded(T* row, int64_t len, int d, int
   store_group_shifted<T, kN>(row, len, 0, d, nt, t, v);
   const int past = nt * kN * kVec;
   const int count = t == 0 ? ShiftedBounds(len, 0, d).hi - past : 0;  // <= d (FoldedGranule)
-  T* group = row - d;  // the input's grid: element o of the group is the row's o - d
+  T* group = row - d;  // element o of the group is the row's o - d, whatever grid the output row lies on
 #pragma unroll
   for (int j = 0; j < kVec; ++j) {
     if (j < count) group[past + j] = from_acc<T>(v[0][j]);

@@ -838,6 +838,7 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
   RowsParams<T> rp{x, y, s.rows, s.len, online_on_chip, p.output, 0, 1, 0, {}};
   if (plan.vpt == kVptSmall) plan.vpt = Traits::kSmallVpt;
   if (plan.vpt == kVptLarge) plan.vpt = Traits::kMaxVpt;
+  if (plan.kind != RowsKind::Warp && plan.grid != 0) fail("grid is a key of kind=warp only");
 
   if (plan.kind == RowsKind::Warp) {
     if (plan.vpt != 1 && plan.vpt != 2 && plan.vpt != 4 && plan.vpt != 8) fail("vpt must be 1, 2, 4 or 8");

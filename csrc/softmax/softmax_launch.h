@@ -106,7 +106,8 @@ template <typename T> constexpr int scalar_rows_min_blocks(int vpl) {
 // Blocks per SM that the warp kernels for logsumexp of unaligned rows on the memory's grid are compiled for, set by
 // the 16-bit 8-vector one (ShiftedRawLoads): 4 (<= 64 registers, no spills, local ptxas, s83); unbounded it took
 // 79-80, and at 5 (<= 48) it spilled 12 bytes. The fp32 ones fit too, and the folded ones of both (at most 64, no
-// spills, local ptxas, s86). Not timed against the others yet.
+// spills, local ptxas, s86), and so do the 16-bit softmax and log_softmax kernels on the grid, which take the same
+// bound (35-64 registers, no spills, local ptxas sm_90a and sm_80, s87). Not timed against the others yet.
 constexpr int kShiftedLseMinBlocks = 4;
 constexpr int kMaxBlockThreads = 1024;   // block-per-chunk kernel: any multiple of 32 up to this
 constexpr int kSplitThreads = 512;       // rows needing more threads than this (at the large vpt) split

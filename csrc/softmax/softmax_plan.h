@@ -39,7 +39,7 @@
 //            per chunks; 2, 4 or 8: rows of at most 512 KB / rows, chunks 0 or 1)
 //   grid     warp: 1 holds unaligned softmax and log_softmax rows (16-bit, max-then-sum) as 16-byte vectors on the
 //            memory's grid, the granule past the team's slots folded in (FoldedGranule), as logsumexp's always are;
-//            0 element by element or in pairs (aligned rows and logsumexp: ignored)
+//            0 element by element or in pairs (aligned rows and logsumexp: ignored; other kinds: an error)
 // A forced configuration that is not compiled or does not fit the shape is an error, never a fallback.
 //
 // Test hook (not an API): FAE_SOFTMAX_LOG_PLAN=1, read once per process, prints every CUDA row call's plan to

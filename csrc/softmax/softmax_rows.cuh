@@ -55,15 +55,16 @@ __device__ __forceinline__ OnlineState<acc_t<T>> team_row(acc_t<T> (&v)[kVpl][Ro
 // Unaligned rows (a length that is not a multiple of kVec, or a base off the 16-byte grid) take load_group's
 // element-wise layout, or where it paid (pair_rows_pay) element pairs (kPairs, pair_group.cuh); logsumexp of 16-bit
 // and fp32 rows excepted, held on the memory's grid (16-bit: ShiftedRawLoads, fp32: load_row_folded; lse_rows_on_grid
-// says why). Why not vectors on the memory's grid for softmax and log_softmax as the block kernel does
-// (load_group_shifted): such a row may need one more vector than its length fills (logsumexp folds it in: the order
-// of its elements does not matter), which doubled the vectors per lane of 127-element fp32 rows (65536x127: 35.7 us
-// against 23.9 element-wise on the H200), and staging a block's rows through shared memory as one span ran slower
-// still (fp32 32.0 us, 65536x129 46.7, 16384x1023 57.2; NOTES "s59 call 3"). Register bound: ptxas left alone keeps
+// says why), and so are 16-bit softmax and log_softmax rows where heuristic_plan's grid_softmax_rows says (kGrid
+// below). Such a row may span one more vector than its length fills; before the fold (FoldedGranule, s86-s87) that
+// doubled the vectors per lane of 127-element fp32 rows (65536x127: 35.7 us against 23.9 element-wise on the H200),
+// and staging a block's rows through shared memory as one span ran slower still (fp32 32.0 us, 65536x129 46.7,
+// 16384x1023 57.2; NOTES "s59 call 3"); fp32 softmax rows lost on the grid even folded. Register bound: ptxas left alone keeps
 // the vector variants spill-free (at most 63 registers), but spilled the 32-scalar variants; the unaligned ones take
 // scalar_rows_min_blocks (softmax_launch.h) for that.
-// kFixed (not General): launched only for softmax, log_softmax or logsumexp (aligned rows, and unaligned 16-bit and
-// fp32 rows it holds on the memory's grid) with the max-then-sum reduction (what "auto" runs on these rows), so
+// kFixed (not General): launched only for softmax, log_softmax or logsumexp (aligned rows, unaligned 16-bit and fp32
+// logsumexp rows and 16-bit softmax and log_softmax ones on the memory's grid, and the element-wise and pair rows'
+// specialized kernels) with the max-then-sum reduction (what "auto" runs on these rows), so
 // neither the output nor the reduction is a run-time choice. Why: in
 // a one-wave call every instruction between the loads and the stores shows, and the run-time choices (the online
 // branch, the output's selects and paths) nearly double the body: bf16, 2 vectors per lane, 488 SASS instructions
@@ -159,7 +160,7 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned                   ?
     if constexpr (kPairs) {
       d = valid ? pair_shift(p.x + offset) : 0;
       load_pairs<T, kVpl>(p.x + offset, len, d, lanes, li, v);
-    } else if constexpr (kFold) {  // fp32 logsumexp and softmax rows on the memory's grid, edges -inf (16-bit lse: above)
+    } else if constexpr (kFold) {  // fp32 lse, 16-bit softmax / log_softmax on the grid, edges -inf (16-bit lse: above)
       d = misalignment(p.x + offset);
       load_row_folded<T, kVpl>(p.x + offset, len, d, lanes, li, v);
     } else if constexpr (kOnGrid) {

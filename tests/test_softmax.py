@@ -954,15 +954,14 @@ def test_forced_logsumexp_rows_cuda(config):
 
 FORCED_GRID_ROWS_CHECK = """
 import os
+import pytest
 import torch
 import flash_attn_ext as fae
 import test_softmax as t
 vpl = int(os.environ["FAE_SOFTMAX_CONFIG"].split("vpt=")[1].split(",")[0])
-try:  # compiled for 16-bit types only (fp32 lost there): an error naming the dtypes, not a fallback
+# compiled for 16-bit types only (fp32 lost there): an error naming the dtypes, not a fallback
+with pytest.raises(RuntimeError, match="grid=1 is compiled for float16 and bfloat16 only"):
     fae.softmax(t.make_input((3, 97), torch.float32, "cuda"), -1)
-    raise AssertionError("grid=1 on float32 rows did not raise")
-except RuntimeError as e:
-    assert "grid=1 is compiled for float16 and bfloat16 only" in str(e), e
 for dtype in (torch.bfloat16, torch.float16):
     vec = 8  # softmax's 16-bit warp kernels hold at most kMaxVpt = 4 vectors a lane (the configs' vpt)
     longest = 32 * vpl * vec
@@ -980,11 +979,9 @@ for dtype in (torch.bfloat16, torch.float16):
                 t.check_against_reference(op(x, -1), ref_fn(x, -1), torch_fn(x, -1), dtype,
                                           f"{op.__name__} 67x{length} at +{offset}")
     t._run_special(t.special_rows(longest - 1, dtype, "cuda").repeat(3, 1), f"x{longest - 1}")
-    try:  # the online reduction has no instantiation on the grid: an error naming it, not a fallback
+    # the online reduction has no instantiation on the grid: an error naming it, not a fallback
+    with pytest.raises(RuntimeError, match="grid=1 is compiled for the max-then-sum reduction"):
         fae.softmax(t.make_input((3, 97), dtype, "cuda"), -1, algorithm="online")
-        raise AssertionError("grid=1 with algorithm='online' did not raise")
-    except RuntimeError as e:
-        assert "grid=1 is compiled for the max-then-sum reduction" in str(e), e
 print("checked")
 """
 
@@ -1032,11 +1029,7 @@ def test_grid_softmax_routing_cuda():
         ((many, 127, "float32", "softmax", 0, "auto"), None), ((many, 128, "bfloat16", "softmax", 0, "auto"), None),
         ((67, 1023, "bfloat16", "softmax", 0, "online"), None), ((67, 1023, "bfloat16", "softmax", 1, "auto"), None)]
     code = GRID_SOFTMAX_ROUTING_CHECK.replace("CASES", repr([case for case, _ in cases]))
-    child = run_in_fresh_python(code, timeout=None, FAE_SOFTMAX_LOG_PLAN="1")
-    assert child.returncode == 0 and "checked" in child.stdout, child.stderr[-3000:]
-    plans = [line for line in child.stderr.splitlines() if line.startswith("flash_attn_ext softmax plan:")]
-    assert len(plans) == len(cases), child.stderr[-3000:]
-    for ((rows, cols, *_), team), line in zip(cases, plans):
+    for ((rows, cols, *_), team), line in zip(cases, _logged_plans(code, len(cases))):
         if team is None:
             assert re.search(rf"plan: {rows}x{cols} kind=.*,grid=0$", line), line
         else:
@@ -1306,15 +1299,21 @@ def _large_sm90_sms(kernel):
     return sms
 
 
+def _logged_plans(code, count):
+    # The plan lines (FAE_SOFTMAX_LOG_PLAN) of code, run in a child process that prints "checked"; there must be count.
+    child = run_in_fresh_python(code, timeout=None, FAE_SOFTMAX_LOG_PLAN="1")
+    assert child.returncode == 0 and "checked" in child.stdout, child.stderr[-3000:]
+    plans = [line for line in child.stderr.splitlines() if line.startswith("flash_attn_ext softmax plan:")]
+    assert len(plans) == count, child.stderr[-3000:]
+    return plans
+
+
 def _auto_plans(expected, op="softmax"):
     # The plan line "auto" prints (FAE_SOFTMAX_LOG_PLAN) for each (shape, dtype name, ...) of expected, from op (a
     # name in flash_attn_ext) in a child process.
     code = RESIDENT_ROUTING_CHECK.replace("SHAPES", repr([(shape, dtype) for shape, dtype, *_ in expected]))
     code = code.replace("ROW_OP", repr(op))
-    child = run_in_fresh_python(code, timeout=None, FAE_SOFTMAX_LOG_PLAN="1")
-    assert child.returncode == 0 and "checked" in child.stdout, child.stderr[-3000:]
-    plans = [line for line in child.stderr.splitlines() if line.startswith("flash_attn_ext softmax plan:")]
-    assert len(plans) == len(expected), child.stderr[-3000:]
+    plans = _logged_plans(code, len(expected))
     for ((rows, cols), dtype, *_), line in zip(expected, plans):
         assert line.startswith(f"flash_attn_ext softmax plan: {rows}x{cols} "), (dtype, line)
     return plans

@@ -595,8 +595,13 @@ template <typename T> struct FoldedGranule {
   int count;
   FoldedGranule() = default;
   __device__ __forceinline__ FoldedGranule(const T* group, const ShiftedBounds& b, int past, int t)
-      : count(t == 0 ? b.hi - past : 0) {
+      : count(count_of(b, past, t)) {
     raw = count > 0 ? load16(group + past) : neg_inf_vector<T>();
+  }
+  // The row elements at the granule's head that lane t folds in (lane 0 only; <= d): also where store_row_folded puts
+  // them back.
+  static __device__ __forceinline__ int count_of(const ShiftedBounds& b, int past, int t) {
+    return t == 0 ? b.hi - past : 0;
   }
 };
 
@@ -666,7 +671,7 @@ __device__ __forceinline__ void store_row_folded(T* row, int64_t len, int d, int
   constexpr int kVec = RowsTraits<T>::kVec;
   store_group_shifted<T, kN>(row, len, 0, d, nt, t, v);
   const int past = nt * kN * kVec;
-  const int count = t == 0 ? ShiftedBounds(len, 0, d).hi - past : 0;  // <= d (FoldedGranule)
+  const int count = FoldedGranule<T>::count_of(ShiftedBounds(len, 0, d), past, t);
   T* group = row - d;  // element o of the group is the row's o - d, whatever grid the output row lies on
 #pragma unroll
   for (int j = 0; j < kVec; ++j) {

@@ -1036,6 +1036,27 @@ def test_grid_softmax_routing_cuda():
             assert re.search(rf"plan: {rows}x{cols} kind=warp,lanes={team[0]},vpt={team[1]},.*,grid=1$", line), line
 
 
+@pytest.mark.cuda
+@requires_cuda
+def test_half_team_routing_cuda():
+    # Where "auto" runs aligned 16-bit softmax and log_softmax rows on half the lanes at 4 vectors each (half_team_rows):
+    # rows of 17-64 vectors that fill at most 7/8 of their teams of 2 vectors a lane, any algorithm, where the halved
+    # teams give every SM 64 warps; not rows that fill more, rows of a power of two vectors, fewer rows, nor fp32.
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    cases = [  # rows, cols, dtype, op, offset, algorithm: lanes, vpt
+        ((256 * sms, 136, "bfloat16", "softmax", 0, "auto"), (8, 4)),
+        ((256 * sms, 224, "float16", "softmax", 0, "safe"), (8, 4)),
+        ((128 * sms, 320, "float16", "log_softmax", 0, "auto"), (16, 4)),
+        ((128 * sms, 448, "bfloat16", "softmax", 0, "online"), (16, 4)),
+        ((128 * sms - 1, 320, "bfloat16", "softmax", 0, "auto"), (32, 2)),
+        ((256 * sms, 248, "bfloat16", "softmax", 0, "auto"), (16, 2)),
+        ((128 * sms, 512, "bfloat16", "log_softmax", 0, "auto"), (32, 2)),
+        ((256 * sms, 136, "float32", "softmax", 0, "auto"), (32, 2))]
+    code = GRID_SOFTMAX_ROUTING_CHECK.replace("CASES", repr([case for case, _ in cases]))
+    for ((rows, cols, *_), (lanes, vpt)), line in zip(cases, _logged_plans(code, len(cases))):
+        assert re.search(rf"plan: {rows}x{cols} kind=warp,lanes={lanes},vpt={vpt},.*,grid=0$", line), line
+
+
 DEAD_VECTORS_CHECK = """
 import os
 import torch

@@ -490,30 +490,37 @@ constexpr int64_t kWideWarpMinRowsPerSm = 32;  // step 1's rows beyond kMaxVpt v
 // short rows (4096x127 5.1 / 2.6 streamed -> 5.3 / 3.4); log_softmax and fp16 alike (log_softmax 32896x255 17.7 ->
 // 13.3, 8200x1023 15.2 -> 12.7).
 constexpr int64_t kGridSoftmaxMinVecs = 9;
-constexpr int64_t kGridSoftmaxMinLanes = 8;
+constexpr int64_t kWideTeamMinLanes = 8;
 template <typename T> bool grid_softmax_rows(const SoftmaxProblem& p, const RowsShape& s, int64_t row_vecs) {
   return grid_softmax_compiled<T> && !s.aligned && s.same_grid && p.output != SoftmaxOutput::LogSumExp &&
          p.algorithm != SoftmaxAlgorithm::Online && row_vecs >= kGridSoftmaxMinVecs &&
-         (row_vecs > 4 * kGridSoftmaxMinLanes || s.rows >= kWideWarpMinRowsPerSm * s.sms);
+         (row_vecs > 4 * kWideTeamMinLanes || s.rows >= kWideWarpMinRowsPerSm * s.sms);
+}
+
+// The teams of grid_softmax_rows and half_team_rows: the fewest lanes, at least kWideTeamMinLanes, that leave each lane
+// at most kMaxVpt = 4 of a row's row_vecs (<= 128) vectors.
+int wide_team_lanes(int64_t row_vecs) {
+  return static_cast<int>(std::clamp<int64_t>(next_pow2(ceil_div(row_vecs, 4)), kWideTeamMinLanes, 32));
 }
 
 // Step 1's aligned 16-bit softmax and log_softmax rows of 17-64 vectors (any algorithm) that fill at most 7/8 of the
-// slots of their teams of 2 vectors a lane (16 or 32 lanes) run on half the lanes at 4 vectors each: the same slots, twice
-// the rows and bytes in flight a warp, half the shuffle rounds a row. Only where the halved teams still give every SM
-// kHalfTeamMinWarpsPerSm warps (a full SM's threads); with fewer, the old teams' twice as many warps ran faster.
-// H200, s88 calls 1-2, 16 MB tensors, us cold, 16 x 2 -> 8 x 4 or 32 x 2 -> 16 x 4: bf16 softmax 61680x136 15.2 -> 13.2,
+// slots of their teams of 2 vectors a lane (16 or 32 lanes) run on half the lanes at 4 vectors each (wide_team_lanes'
+// team, 8 or 16 lanes, of the next power of two vectors' slots, as the old team): the same slots, twice the rows and
+// bytes in flight a warp, one shuffle round fewer a row. Only where the halved teams still give every SM
+// kHalfTeamMinWarpsPerSm warps (a full SM's threads); with fewer, the old teams' twice as many warps ran faster. H200,
+// s88 calls 1-2, 16 MB tensors, us cold, 16 x 2 -> 8 x 4 or 32 x 2 -> 16 x 4: bf16 softmax 61680x136 15.2 -> 13.2,
 // 52428x160 13.8 -> 12.8, 31775x264 16.3 -> 13.5, 29127x288 15.1 -> 13.0, 26214x320 14.5 -> 12.1, 23831x352 13.3 ->
 // 12.4, 21845x384 12.6 -> 12.3, 18724x448 12.3 -> 11.8; log_softmax 26214x320 15.1 -> 12.3, 21845x384 13.2 -> 12.0;
-// online 26214x320 17.9 -> 14.1; fp16 alike; torch 19.4-21.8. Level at 41943x200 and 37449x224 (12.3 -> 12.5 and
-// 12.4; log_softmax 12.8 -> 12.5), and so where the row fills more than 7/8 (33825x248, 16644x504: 12.0-12.4 either
-// way, streamed up to 0.3 us slower); slower with fewer warps (16384x200 streamed 4.6 -> 5.2, 4096x384 3.4 -> 4.1,
-// 1056x384 2.0 -> 2.1). Fp32 lost (41943x100 12.9 -> 17.4 at 8 x 4) or broke even (16 x 4), and rows of a power of
-// two vectors did not gain (32768x256 11.5 -> 11.9 at 8 x 4).
+// online 26214x320 17.9 -> 14.1; fp16 alike; torch 19.4-21.8. Level at 41943x200 and 37449x224 (12.3 -> 12.5 and 12.4;
+// log_softmax 12.8 -> 12.5), and so where the row fills more than 7/8 (33825x248, 16644x504: 12.0-12.4 either way,
+// streamed up to 0.3 us slower); slower with fewer warps (16384x200 streamed 4.6 -> 5.2, 4096x384 3.4 -> 4.1, 1056x384
+// 2.0 -> 2.1). Fp32 lost (41943x100 12.9 -> 17.4 at 8 x 4) or broke even (16 x 4), and rows of a power of two vectors
+// did not gain (32768x256 11.5 -> 11.9 at 8 x 4).
 constexpr int64_t kHalfTeamMinWarpsPerSm = 64;
-template <typename T>
-bool half_team_rows(const SoftmaxProblem& p, const RowsShape& s, int64_t row_vecs, int lanes, int vpt) {
-  return sizeof(T) == 2 && s.aligned && p.output != SoftmaxOutput::LogSumExp && vpt == 2 && row_vecs > 16 &&
-         8 * row_vecs <= 7 * int64_t(lanes) * vpt && s.rows * (lanes / 2) >= int64_t(32) * kHalfTeamMinWarpsPerSm * s.sms;
+template <typename T> bool half_team_rows(const SoftmaxProblem& p, const RowsShape& s, int64_t row_vecs) {
+  return sizeof(T) == 2 && s.aligned && p.output != SoftmaxOutput::LogSumExp && row_vecs > 16 && row_vecs <= 64 &&
+         8 * row_vecs <= 7 * next_pow2(row_vecs) &&
+         s.rows * wide_team_lanes(row_vecs) >= int64_t(32) * kHalfTeamMinWarpsPerSm * s.sms;
 }
 
 template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const RowsShape& s) {
@@ -552,9 +559,10 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
   const int64_t warp_vecs = rows_for_wide_warps ? 32 * warp_max_vpl<T>(p.output) : 32 * Traits::kMaxVpt;
   if (row_vecs <= warp_vecs) {
     plan.kind = RowsKind::Warp;
-    if (grid_softmax_rows<T>(p, s, row_vecs)) {  // at most 32 lanes of kMaxVpt = 4 vectors
-      plan.grid = 1;
-      plan.lanes = static_cast<int>(std::clamp<int64_t>(next_pow2(ceil_div(row_vecs, 4)), kGridSoftmaxMinLanes, 32));
+    const bool on_grid = grid_softmax_rows<T>(p, s, row_vecs);
+    if (on_grid || half_team_rows<T>(p, s, row_vecs)) {  // 8-32 lanes of <= kMaxVpt = 4 vectors
+      plan.grid = on_grid ? 1 : 0;
+      plan.lanes = wide_team_lanes(row_vecs);
       plan.vpt = static_cast<int>(next_pow2(ceil_div(row_vecs, plan.lanes)));
       return plan;
     }
@@ -564,10 +572,6 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
     if (whole_warp_team<T>(s.aligned, grid_rows, plan.vpt)) {
       plan.lanes = static_cast<int>(next_pow2(std::min<int64_t>(row_vecs, 32)));
       plan.vpt = static_cast<int>(next_pow2(ceil_div(row_vecs, plan.lanes)));
-    }
-    if (half_team_rows<T>(p, s, row_vecs, plan.lanes, plan.vpt)) {
-      plan.lanes /= 2;
-      plan.vpt *= 2;
     }
     return plan;
   }

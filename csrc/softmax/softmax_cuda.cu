@@ -452,7 +452,8 @@ bool unaligned_pipe_rows(const SoftmaxProblem& p, const RowsShape& s) {
 //                        of 16-bit rows 2048: warp_max_vpl), any algorithm;
 //                        aligned rows get >= 2 vectors per lane where the row has them (teams of < 32 lanes
 //                        for short rows; on the H100 sweep 2 beat 4 for 128-element bf16 rows), logsumexp
-//                        >= 4; many 16-bit rows of 17-64 vectors with idle slots 4 (half_team_rows);
+//                        >= 4, and many aligned 16-bit rows of 17-64 vectors that leave slots idle 4
+//                        (half_team_rows);
 //  2. block-per-row      row in registers of one block of <= 1024 threads (32K fp32 / 16-bit, 16K doubles),
 //                        the large vectors-per-thread size (fewest threads, most bytes in flight per thread);
 //                        "auto" softmax/log_softmax uses it only up to 512 threads and when rows fill the GPU;

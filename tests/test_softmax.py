@@ -952,6 +952,31 @@ def test_forced_logsumexp_rows_cuda(config):
     assert child.returncode == 0 and "checked" in child.stdout, child.stderr[-3000:]
 
 
+FORCED_WIDE_WARP_CHECK = """
+import torch
+import flash_attn_ext as fae
+import test_softmax as t
+for dtype in (torch.bfloat16, torch.float16):
+    for rows, length in ((37, 2048), (97, 1032), (7, 1104), (1, 1536), (1025, 1280), (3, 520)):
+        x = t.make_input((rows, length), dtype, "cuda")
+        for op, ref_fn, torch_fn in t.ROW_OPS:
+            t.poison("cuda", x.numel() * x.element_size())
+            t.check_against_reference(op(x, -1, algorithm="safe"), ref_fn(x, -1), torch_fn(x, -1), dtype,
+                                      f"{op.__name__} {rows}x{length}")
+    t._run_special(t.special_rows(2048, dtype, "cuda").repeat(3, 1), "x2048", t.ROW_OPS)
+print("checked")
+"""
+
+
+@pytest.mark.cuda
+@requires_cuda
+def test_forced_wide_warp_softmax_cuda():
+    # Aligned 16-bit softmax and log_softmax rows forced onto the warp kernel at 8 vectors a lane (rows of up to 2048
+    # elements on one warp; shorter ones on fewer lanes), every output element against fp64 after poisoning.
+    child = run_in_fresh_python(FORCED_WIDE_WARP_CHECK, timeout=None, FAE_SOFTMAX_CONFIG="kind=warp,vpt=8")
+    assert child.returncode == 0 and "checked" in child.stdout, child.stderr[-3000:]
+
+
 FORCED_GRID_ROWS_CHECK = """
 import os
 import pytest
@@ -1458,9 +1483,10 @@ def test_forced_config_errors_cuda(config, message):
 @pytest.mark.cuda
 @requires_cuda
 def test_forced_warp_vpt_beyond_the_op_errors_cuda():
-    # 8 vectors a lane are compiled for 16-bit rows only for logsumexp (warp_max_vpl), and not for fp64 at all: bf16
-    # softmax and fp64 logsumexp forced there are errors naming it, not launches without a kernel.
-    for x_expr, op in (("torch.randn(64, 1024, device='cuda', dtype=torch.bfloat16)", "softmax"),
+    # 8 vectors a lane are compiled for 16-bit rows only, for logsumexp and for aligned softmax and log_softmax rows
+    # (warp_max_vpl), and not for fp64 at all: unaligned bf16 softmax and fp64 logsumexp forced there are errors naming
+    # it, not launches without a kernel.
+    for x_expr, op in (("torch.randn(64, 1023, device='cuda', dtype=torch.bfloat16)", "softmax"),
                        ("torch.randn(64, 256, device='cuda', dtype=torch.float64)", "logsumexp")):
         out = softmax_error_in_fresh_process(x_expr, -1, "RuntimeError", op, FAE_SOFTMAX_CONFIG="kind=warp,vpt=8")
         assert "raised:" in out and "largest compiled warp kernel" in out, (op, x_expr, out)

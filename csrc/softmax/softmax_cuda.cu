@@ -870,7 +870,7 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
 
   if (plan.kind == RowsKind::Warp) {
     if (plan.vpt != 1 && plan.vpt != 2 && plan.vpt != 4 && plan.vpt != 8) fail("vpt must be 1, 2, 4 or 8");
-    if (plan.vpt > warp_max_vpl<T>(p.output)) {
+    if (plan.vpt > warp_max_vpl<T>(p.output, s.aligned, online_on_chip)) {
       fail("vpt above the largest compiled warp kernel for this dtype and output");
     }
     // Unaligned rows that lse_rows_on_grid allows, and softmax and log_softmax ones under grid=1, are held on the

@@ -45,8 +45,10 @@ template <typename T> struct RowsTraits {
 // warp only where there are rows enough (kWideWarpMinRowsPerSm). Unaligned rows there are held as vectors on the
 // memory's grid (ShiftedRawLoads; lse_rows_on_grid).
 template <typename T> constexpr int kLseWarpMaxVpl = sizeof(T) == 2 ? 8 : RowsTraits<T>::kMaxVpt;
-template <typename T> constexpr int warp_max_vpl(SoftmaxOutput output) {
-  return output == SoftmaxOutput::LogSumExp ? kLseWarpMaxVpl<T> : RowsTraits<T>::kMaxVpt;
+// Probe (s89): aligned 16-bit softmax and log_softmax rows with the max-then-sum reduction reach it too, under a forced
+// plan only (heuristic_plan does not route them), holding the row as floats (64 a lane).
+template <typename T> constexpr int warp_max_vpl(SoftmaxOutput output, bool aligned = false, bool online = true) {
+  return output == SoftmaxOutput::LogSumExp || (aligned && !online) ? kLseWarpMaxVpl<T> : RowsTraits<T>::kMaxVpt;
 }
 // Unaligned rows whose warp-kernel lanes hold them as 16-byte vectors on the memory's grid (the edges masked), in the
 // slots of the row's own vectors (the granule past them folded in: FoldedGranule), at any width: logsumexp of 16-bit

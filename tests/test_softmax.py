@@ -1082,6 +1082,30 @@ def test_half_team_routing_cuda():
         assert re.search(rf"plan: {rows}x{cols} kind=warp,lanes={lanes},vpt={vpt},.*,grid=0$", line), line
 
 
+
+@pytest.mark.cuda
+@requires_cuda
+def test_wide_warp_softmax_routing_cuda():
+    # Where "auto" runs aligned 16-bit softmax and log_softmax rows of 129-256 vectors (1025-2048 elements) on one warp
+    # each at 8 vectors a lane (warp_max_vpl): the max-then-sum reduction (auto, safe) at >= 32 rows per SM; not the
+    # online reduction, fewer rows, fp32, nor unaligned rows (None: not the warp kernel).
+    many = 32 * torch.cuda.get_device_properties(0).multi_processor_count
+    cases = [  # rows, cols, dtype, op, offset, algorithm: lanes, vpt
+        ((many, 1032, "bfloat16", "softmax", 0, "auto"), (32, 8)),
+        ((many, 2048, "float16", "log_softmax", 0, "safe"), (32, 8)),
+        ((many, 1536, "bfloat16", "log_softmax", 0, "auto"), (32, 8)),
+        ((many, 1536, "bfloat16", "softmax", 0, "online"), None),
+        ((many - 1, 1032, "bfloat16", "softmax", 0, "auto"), None),
+        ((many, 1032, "float32", "softmax", 0, "auto"), None),
+        ((many, 1033, "float16", "softmax", 0, "auto"), None)]
+    code = GRID_SOFTMAX_ROUTING_CHECK.replace("CASES", repr([case for case, _ in cases]))
+    for ((rows, cols, *_), plan), line in zip(cases, _logged_plans(code, len(cases))):
+        assert f"plan: {rows}x{cols} kind=" in line, line
+        if plan is None:
+            assert "kind=warp" not in line, line
+        else:
+            assert re.search(rf"kind=warp,lanes={plan[0]},vpt={plan[1]},", line), line
+
 DEAD_VECTORS_CHECK = """
 import os
 import torch

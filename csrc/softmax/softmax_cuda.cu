@@ -449,7 +449,8 @@ bool unaligned_pipe_rows(const SoftmaxProblem& p, const RowsShape& s) {
 // The whole kernel choice. Rows (inner == 1), with nv = len / kVec 16-byte vectors per row (unaligned rows: the most
 // vectors a row spans on the memory's grid, ceil((len + kVec - 1) / kVec)):
 //  1. warp-per-row       ceil(len / kVec) <= 32 * kMaxVpt (1024 fp32 / fp16 / bf16 elements, 512 doubles; logsumexp
-//                        of 16-bit rows 2048: warp_max_vpl), any algorithm;
+//                        of 16-bit rows and aligned 16-bit softmax / log_softmax rows but the online ones 2048, at
+//                        >= 32 rows per SM: warp_max_vpl), any algorithm;
 //                        aligned rows get >= 2 vectors per lane where the row has them (teams of < 32 lanes
 //                        for short rows; on the H100 sweep 2 beat 4 for 128-element bf16 rows), logsumexp
 //                        >= 4, and many aligned 16-bit rows of 17-64 vectors that leave slots idle 4
@@ -541,10 +542,14 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
   //    s60 call 3, us cold / streamed: fp32 65536x127 on 16 lanes x 8 values 21.1 / 19.6 against 24.1 / 22.5
   //    on 32 x 4, torch 22.0 / 20.0; 65536x97 20.1 / 17.4 against 23.6 / 21.4; 65536x61 13.1 / 11.3 against
   //    13.6 / 11.7).
-  //    Rows beyond kMaxVpt vectors a lane (logsumexp of 16-bit rows of 1025-2048 elements) take the warp kernel only
-  //    where they give every SM kWideWarpMinRowsPerSm warps: fewer, and the 64-thread blocks' two warps a row finish
-  //    sooner (H200 A/B, s83 call 1, bf16 us cold / streamed, warp vs block: 32768x2000 35.1 / 32.9 vs 43.4 / 40.8,
-  //    8192x1032 10.9 / 7.4 vs 13.8 / 10.4, but 4096x2048 9.7 / 6.9 vs 9.2 / 7.0 and 100x2000 5.4 / 2.4 vs 4.9 / 1.9).
+  //    Rows beyond kMaxVpt vectors a lane (16-bit rows of 1025-2048 elements: logsumexp, and aligned softmax and
+  //    log_softmax under the max-then-sum reduction) take the warp kernel only where they give every SM
+  //    kWideWarpMinRowsPerSm warps: fewer, and the 64-thread blocks' two warps a row finish sooner (H200 A/B, s83 call
+  //    1, logsumexp, bf16 us cold / streamed, warp vs block: 32768x2000 35.1 / 32.9 vs 43.4 / 40.8, 8192x1032 10.9 /
+  //    7.4 vs 13.8 / 10.4, but 4096x2048 9.7 / 6.9 vs 9.2 / 7.0 and 100x2000 5.4 / 2.4 vs 4.9 / 1.9; s89 call 1,
+  //    softmax, block -> warp: 65536x1032 94.9 / 94.1 -> 80.1 / 80.5, 65536x1280 99.1 / 100.1 -> 85.8 / 91.0,
+  //    65536x1536 105.9 / 111.7 -> 96.0 / 108.7, 16384x1536 29.2 / 29.0 -> 26.8 / 27.1, 8192x1032 16.2 / 14.2 -> 13.9
+  //    / 12.4, level at 32768x2000 and 4096x2048, but 1024x1536 streamed 4.2 -> 4.8; log_softmax and fp16 alike).
   //    Unaligned logsumexp rows of 16-bit types and fp32 are held on the memory's grid (lse_rows_on_grid) in the
   //    slots of their own vectors, as aligned rows of that length are: the granule a row's misalignment adds past
   //    them is folded into a slot's places before the row (FoldedGranule). Counted on the grid (s.nv), rows a power of
@@ -557,7 +562,9 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
   const bool rows_for_wide_warps = s.rows >= kWideWarpMinRowsPerSm * s.sms;
   const bool grid_rows = !s.aligned && lse_rows_on_grid<T>(p.output);
   // unaligned rows off the grid: 32 * kMaxVpt (warp_max_vpl is kMaxVpt for them)
-  const int64_t warp_vecs = rows_for_wide_warps ? 32 * warp_max_vpl<T>(p.output) : 32 * Traits::kMaxVpt;
+  const bool online_on_chip = p.algorithm == SoftmaxAlgorithm::Online;
+  const int64_t warp_vecs =
+      rows_for_wide_warps ? 32 * warp_max_vpl<T>(p.output, s.aligned, online_on_chip) : 32 * Traits::kMaxVpt;
   if (row_vecs <= warp_vecs) {
     plan.kind = RowsKind::Warp;
     const bool on_grid = grid_softmax_rows<T>(p, s, row_vecs);

@@ -40,14 +40,13 @@ template <typename T> struct RowsTraits {
 };
 
 // The most vectors a lane the warp kernel holds for an output: RowsTraits' kMaxVpt, and 8 for logsumexp of 16-bit rows,
-// whose lanes keep them raw (packed_lse.cuh: 8 vectors in 32 registers), so rows of up to 2048 elements can run on one
-// warp each instead of the block kernel's 64-thread blocks (two block reductions a row); heuristic_plan gives them the
-// warp only where there are rows enough (kWideWarpMinRowsPerSm). Unaligned rows there are held as vectors on the
-// memory's grid (ShiftedRawLoads; lse_rows_on_grid).
+// whose lanes keep them raw (packed_lse.cuh: 8 vectors in 32 registers), and for aligned 16-bit softmax and log_softmax
+// rows under the max-then-sum reduction (held as floats, 64 a lane: 80 registers, no spills), so rows of up to 2048
+// elements can run on one warp each instead of the block kernel's 64-thread blocks (two block reductions a row);
+// heuristic_plan gives them the warp only where there are rows enough (kWideWarpMinRowsPerSm). Unaligned logsumexp rows
+// there are held as vectors on the memory's grid (ShiftedRawLoads; lse_rows_on_grid).
 template <typename T> constexpr int kLseWarpMaxVpl = sizeof(T) == 2 ? 8 : RowsTraits<T>::kMaxVpt;
-// Probe (s89): aligned 16-bit softmax and log_softmax rows with the max-then-sum reduction reach it too, under a forced
-// plan only (heuristic_plan does not route them), holding the row as floats (64 a lane).
-template <typename T> constexpr int warp_max_vpl(SoftmaxOutput output, bool aligned = false, bool online = true) {
+template <typename T> constexpr int warp_max_vpl(SoftmaxOutput output, bool aligned, bool online) {
   return output == SoftmaxOutput::LogSumExp || (aligned && !online) ? kLseWarpMaxVpl<T> : RowsTraits<T>::kMaxVpt;
 }
 // Unaligned rows whose warp-kernel lanes hold them as 16-byte vectors on the memory's grid (the edges masked), in the

@@ -105,7 +105,7 @@ RowsKernel<T> warp_kernel(bool aligned, bool pairs, FixedRows fixed, bool on_gri
     } else {
       return warp_kernel_of<T, kVpl, false>(fixed, fold);
     }
-  } else if constexpr (kVpl <= kLseWarpMaxVpl<T>) {  // 16-bit rows: logsumexp, aligned softmax / log_softmax (warp_max_vpl)
+  } else if constexpr (kVpl <= kLseWarpMaxVpl<T>) {  // 16-bit: logsumexp, aligned softmax / log_softmax (warp_max_vpl)
     if (fixed == FixedRows::SafeLogSumExp) {
       return aligned ? softmax_warp_rows_kernel<T, kVpl, true, FixedRows::SafeLogSumExp>
                      : grid_lse_kernel<T, kVpl>(fold);  // ShiftedRawLoads

@@ -1106,6 +1106,26 @@ def test_wide_warp_softmax_routing_cuda():
         else:
             assert re.search(rf"kind=warp,lanes={plan[0]},vpt={plan[1]},", line), line
 
+
+@pytest.mark.cuda
+@requires_cuda
+def test_two_warp_routing_cuda():
+    # Where "auto" gives aligned 16-bit softmax and log_softmax rows of 257-320 vectors (2049-2560 elements) 64 threads
+    # with a vector each in shared memory instead of 96 threads (two_warp_rows): the max-then-sum reduction at >= 32
+    # rows per SM; not the online reduction, fewer rows, rows the 96 threads fill, fp32, nor unaligned rows.
+    many = 32 * torch.cuda.get_device_properties(0).multi_processor_count
+    cases = [  # rows, cols, dtype, op, offset, algorithm: threads, shared-memory vectors a thread
+        ((many, 2056, "bfloat16", "softmax", 0, "auto"), (64, 1)),
+        ((many, 2560, "float16", "log_softmax", 0, "safe"), (64, 1)),
+        ((many, 2304, "bfloat16", "softmax", 0, "online"), (96, 0)),
+        ((many - 1, 2056, "bfloat16", "softmax", 0, "auto"), (96, 0)),
+        ((many, 3072, "bfloat16", "softmax", 0, "auto"), (96, 0)),
+        ((many, 2056, "float32", "softmax", 0, "auto"), (96, 0)),
+        ((many, 2057, "bfloat16", "log_softmax", 0, "auto"), (96, 0))]
+    code = GRID_SOFTMAX_ROUTING_CHECK.replace("CASES", repr([case for case, _ in cases]))
+    for ((rows, cols, *_), (threads, smem)), line in zip(cases, _logged_plans(code, len(cases))):
+        assert re.search(rf"plan: {rows}x{cols} kind=block,lanes=0,vpt=\d+,threads={threads},smem={smem},", line), line
+
 DEAD_VECTORS_CHECK = """
 import os
 import torch

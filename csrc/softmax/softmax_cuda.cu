@@ -458,6 +458,8 @@ bool unaligned_pipe_rows(const SoftmaxProblem& p, const RowsShape& s) {
 //  2. block-per-row      row in registers of one block of <= 1024 threads (32K fp32 / 16-bit, 16K doubles),
 //                        the large vectors-per-thread size (fewest threads, most bytes in flight per thread);
 //                        "auto" softmax/log_softmax uses it only up to 512 threads and when rows fill the GPU;
+//                        many aligned 16-bit rows of 257-320 vectors take 64 threads and a vector each in
+//                        shared memory instead of 96 threads (two_warp_rows);
 //  2b. block-per-row with shared memory: "auto", aligned, rows beyond 512 threads, >= 2 rows per SM: a 256-
 //                        or 512-thread block keeps the rest of its row in shared memory (cp.async), >= 2
 //                        blocks per SM overlap one row's reduction and store with the next one's loads, and
@@ -523,6 +525,24 @@ template <typename T> bool half_team_rows(const SoftmaxProblem& p, const RowsSha
   return sizeof(T) == 2 && s.aligned && p.output != SoftmaxOutput::LogSumExp && row_vecs > 16 && row_vecs <= 64 &&
          8 * row_vecs <= 7 * next_pow2(row_vecs) &&
          s.rows * wide_team_lanes(row_vecs) >= int64_t(32) * kHalfTeamMinWarpsPerSm * s.sms;
+}
+
+// Step 2's aligned 16-bit softmax and log_softmax rows of 257-320 vectors (2049-2560 elements) under the max-then-sum
+// reduction, whose 96-thread blocks at kMaxVpt = 4 vectors leave up to a third of their slots idle, run on 64 threads
+// with a fifth vector each in shared memory (kTwoWarpSmemVecs): two warps a row to meet instead of three, where the
+// rows give every SM kWideWarpMinRowsPerSm blocks (fewer rows not timed). H200, s89 call 4, bf16 softmax, us cold /
+// streamed, 96 x 4 -> 64 x (4 + 1): 65536x2056 162.4 / 164.1 -> 153.6 / 152.8, 65536x2304 165.5 / 170.8 -> 154.6 /
+// 160.8, 52428x2560 137.3 / 138.3 -> 132.4 / 132.0, 16384x2056 42.6 / 43.3 -> 42.4 / 41.4; rows the 96 threads fill
+// lost (32768x3072 97.3 -> 103.8 on 64 x (4 + 2)), as did 128-thread blocks (65536x2056 187.5) and one warp of 4 + 5
+// (162.5, level).
+constexpr int kTwoWarpThreads = 64;
+constexpr int kTwoWarpSmemVecs = 1;
+template <typename T>
+bool two_warp_rows(const SoftmaxProblem& p, const RowsShape& s, int64_t row_vecs, int64_t threads) {
+  return sizeof(T) == 2 && s.aligned && p.output != SoftmaxOutput::LogSumExp &&
+         p.algorithm != SoftmaxAlgorithm::Online && threads == 96 &&
+         row_vecs <= int64_t(kTwoWarpThreads) * (RowsTraits<T>::kMaxVpt + kTwoWarpSmemVecs) &&
+         s.rows >= kWideWarpMinRowsPerSm * s.sms;
 }
 
 template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const RowsShape& s) {
@@ -839,6 +859,10 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
     plan.kind = RowsKind::Block;
     plan.vpt = vpt;
     plan.threads = static_cast<int>(threads);
+    if (two_warp_rows<T>(p, s, nv, threads)) {
+      plan.threads = kTwoWarpThreads;
+      plan.smem = kTwoWarpSmemVecs;
+    }
     return plan;
   }
 

@@ -1111,9 +1111,9 @@ def test_wide_warp_softmax_routing_cuda():
 @requires_cuda
 def test_two_warp_routing_cuda():
     # Where "auto" gives aligned 16-bit softmax and log_softmax rows of 257-320 vectors (2049-2560 elements) 64 threads
-    # with a vector each in shared memory instead of 96 threads (two_warp_rows): the max-then-sum reduction at >= 32
+    # with a vector each in shared memory instead of 96 threads (two_warp_rows): the max-then-sum reduction at >= 96
     # rows per SM; not the online reduction, fewer rows, rows the 96 threads fill, fp32, nor unaligned rows.
-    many = 32 * torch.cuda.get_device_properties(0).multi_processor_count
+    many = 96 * torch.cuda.get_device_properties(0).multi_processor_count
     cases = [  # rows, cols, dtype, op, offset, algorithm: threads, shared-memory vectors a thread
         ((many, 2056, "bfloat16", "softmax", 0, "auto"), (64, 1)),
         ((many, 2560, "float16", "log_softmax", 0, "safe"), (64, 1)),

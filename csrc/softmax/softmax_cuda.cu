@@ -530,19 +530,22 @@ template <typename T> bool half_team_rows(const SoftmaxProblem& p, const RowsSha
 // Step 2's aligned 16-bit softmax and log_softmax rows of 257-320 vectors (2049-2560 elements) under the max-then-sum
 // reduction, whose 96-thread blocks at kMaxVpt = 4 vectors leave up to a third of their slots idle, run on 64 threads
 // with a fifth vector each in shared memory (kTwoWarpSmemVecs): two warps a row to meet instead of three, where the
-// rows give every SM kWideWarpMinRowsPerSm blocks (fewer rows not timed). H200, s89 call 4, bf16 softmax, us cold /
-// streamed, 96 x 4 -> 64 x (4 + 1): 65536x2056 162.4 / 164.1 -> 153.6 / 152.8, 65536x2304 165.5 / 170.8 -> 154.6 /
-// 160.8, 52428x2560 137.3 / 138.3 -> 132.4 / 132.0, 16384x2056 42.6 / 43.3 -> 42.4 / 41.4; rows the 96 threads fill
-// lost (32768x3072 97.3 -> 103.8 on 64 x (4 + 2)), as did 128-thread blocks (65536x2056 187.5) and one warp of 4 + 5
-// (162.5, level).
+// rows give every SM kTwoWarpMinRowsPerSm blocks. H200, s89 calls 4-5, us cold / streamed, 96 x 4 -> 64 x (4 + 1): bf16
+// softmax 65536x2056 162.6 / 164.5 -> 153.3 / 152.8, 65536x2304 165.4 / 166.9 -> 154.3 / 154.0, 52428x2560 137.7 /
+// 138.2 -> 132.6 / 131.7, 16384x2056 42.6 / 43.4 -> 41.9 / 41.3; log_softmax 65536x2056 162.2 -> 142.9, 52428x2560
+// 136.6 -> 128.0, 16384x2056 42.0 -> 39.0; fp16 alike. With fewer rows softmax lost cold (8448x2056, 64 rows an SM,
+// 24.1 -> 24.6, fp16 23.5 -> 24.7; 4224x2304 14.8 -> 15.4) where log_softmax still gained (23.9 -> 22.6): the gate
+// lies between 64 and 124 rows an SM. Rows the 96 threads fill lost (32768x3072 97.3 -> 103.8 on 64 x (4 + 2)), as
+// did 128-thread blocks (65536x2056 187.5) and one warp of 4 + 5 (162.5, level).
 constexpr int kTwoWarpThreads = 64;
 constexpr int kTwoWarpSmemVecs = 1;
+constexpr int64_t kTwoWarpMinRowsPerSm = 96;
 template <typename T>
 bool two_warp_rows(const SoftmaxProblem& p, const RowsShape& s, int64_t row_vecs, int64_t threads) {
   return sizeof(T) == 2 && s.aligned && p.output != SoftmaxOutput::LogSumExp &&
          p.algorithm != SoftmaxAlgorithm::Online && threads == 96 &&
          row_vecs <= int64_t(kTwoWarpThreads) * (RowsTraits<T>::kMaxVpt + kTwoWarpSmemVecs) &&
-         s.rows >= kWideWarpMinRowsPerSm * s.sms;
+         s.rows >= kTwoWarpMinRowsPerSm * s.sms;
 }
 
 template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const RowsShape& s) {

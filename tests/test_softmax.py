@@ -1082,7 +1082,6 @@ def test_half_team_routing_cuda():
         assert re.search(rf"plan: {rows}x{cols} kind=warp,lanes={lanes},vpt={vpt},.*,grid=0$", line), line
 
 
-
 @pytest.mark.cuda
 @requires_cuda
 def test_wide_warp_softmax_routing_cuda():
@@ -1125,6 +1124,7 @@ def test_two_warp_routing_cuda():
     code = GRID_SOFTMAX_ROUTING_CHECK.replace("CASES", repr([case for case, _ in cases]))
     for ((rows, cols, *_), (threads, smem)), line in zip(cases, _logged_plans(code, len(cases))):
         assert re.search(rf"plan: {rows}x{cols} kind=block,lanes=0,vpt=\d+,threads={threads},smem={smem},", line), line
+
 
 DEAD_VECTORS_CHECK = """
 import os

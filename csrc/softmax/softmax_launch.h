@@ -61,8 +61,8 @@ template <typename T> constexpr bool lse_rows_on_grid(SoftmaxOutput output) {
 }
 // Softmax and log_softmax (max-then-sum) of unaligned rows are compiled on the memory's grid, folded, for 16-bit types
 // only (GridRows::Folded; heuristic_plan's grid_softmax_rows says where "auto" takes them): fp32 rows lost there to
-// their element-wise and pair kernels at every width (H200, s87 call 1, softmax us cold, auto -> grid: 65536x127 21.2 ->
-// 22.4 at 2 vectors, 32768x383 28.1 -> 35.9 at 4, 16384x1023 34.7 -> 36.7 at 8).
+// their element-wise and pair kernels at every width (H200, s87 call 1, softmax us cold, auto -> grid: 65536x127 21.2
+// -> 22.4 at 2 vectors, 32768x383 28.1 -> 35.9 at 4, 16384x1023 34.7 -> 36.7 at 8).
 template <typename T> constexpr bool grid_softmax_compiled = sizeof(T) == 2;
 
 constexpr int kWarpRowsThreads = 256;    // warp-per-row kernel: 8 warps per block
@@ -205,8 +205,8 @@ template <typename T> struct ColumnsParams {
   SoftmaxOutput output;
 };
 
-// on_grid: unaligned rows held on the memory's grid (lse_rows_on_grid, or softmax and log_softmax under a plan's grid=1;
-// the team holds the row's own vectors); fold: some row's shift can take it one granule past the team's slots
+// on_grid: unaligned rows held on the memory's grid (lse_rows_on_grid, or softmax and log_softmax under a plan's
+// grid=1; the team holds the row's own vectors); fold: some row's shift can take it one granule past the team's slots
 // (FoldedGranule).
 template <typename T> void launch_warp_rows(const RowsParams<T>& p, int vpl, bool aligned, bool on_grid, bool fold,
                                             int grid, cudaStream_t stream);

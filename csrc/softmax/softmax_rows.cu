@@ -37,8 +37,8 @@ template <typename T, int kVpl> RowsKernel<T> grid_lse_kernel(bool fold) {
               : softmax_warp_rows_kernel<T, kVpl, false, FixedRows::SafeLogSumExp, false, GridRows::Grid>;
 }
 
-// Softmax and log_softmax of unaligned rows on the memory's grid (a plan's grid=1: heuristic_plan's grid_softmax_rows, or
-// forced): the folded instantiation only, for rows that need the fold and rows that do not (16-bit types:
+// Softmax and log_softmax of unaligned rows on the memory's grid (a plan's grid=1: heuristic_plan's grid_softmax_rows,
+// or forced): the folded instantiation only, for rows that need the fold and rows that do not (16-bit types:
 // grid_softmax_compiled).
 template <typename T, int kVpl> RowsKernel<T> grid_softmax_kernel(FixedRows fixed) {
   if constexpr (grid_softmax_compiled<T>) {

@@ -59,9 +59,9 @@ __device__ __forceinline__ OnlineState<acc_t<T>> team_row(acc_t<T> (&v)[kVpl][Ro
 // below). Such a row may span one more vector than its length fills; before the fold (FoldedGranule, s86-s87) that
 // doubled the vectors per lane of 127-element fp32 rows (65536x127: 35.7 us against 23.9 element-wise on the H200),
 // and staging a block's rows through shared memory as one span ran slower still (fp32 32.0 us, 65536x129 46.7,
-// 16384x1023 57.2; NOTES "s59 call 3"); fp32 softmax rows lost on the grid even folded. Register bound: ptxas left alone keeps
-// the vector variants spill-free (at most 63 registers), but spilled the 32-scalar variants; the unaligned ones take
-// scalar_rows_min_blocks (softmax_launch.h) for that.
+// 16384x1023 57.2; NOTES "s59 call 3"); fp32 softmax rows lost on the grid even folded. Register bound: ptxas left
+// alone keeps the vector variants spill-free (at most 63 registers), but spilled the 32-scalar variants; the unaligned
+// ones take scalar_rows_min_blocks (softmax_launch.h) for that.
 // kFixed (not General): launched only for softmax, log_softmax or logsumexp (aligned rows, unaligned 16-bit and fp32
 // logsumexp rows and 16-bit softmax and log_softmax ones on the memory's grid, and the element-wise and pair rows'
 // specialized kernels) with the max-then-sum reduction (what "auto" runs on these rows), so

@@ -1022,7 +1022,8 @@ def test_forced_grid_softmax_rows_cuda(config):
     assert child.returncode == 0 and "checked" in child.stdout, child.stderr[-3000:]
 
 
-GRID_SOFTMAX_ROUTING_CHECK = """
+# softmax / log_softmax of (rows, cols, dtype name, op name, offset, algorithm) CASES through "auto", each checked
+ROUTED_ROWS_CHECK = """
 import torch
 import flash_attn_ext as fae
 import test_softmax as t
@@ -1035,6 +1036,13 @@ for rows, cols, dtype, op, offset, algorithm in CASES:
                               f"{op} {rows}x{cols} at +{offset} ({algorithm})")
 print("checked")
 """
+
+
+def _routed_plans(cases):
+    # (case, expected, plan line) for each (case, expected) of cases: the case run through ROUTED_ROWS_CHECK in a child
+    # process, its plan as "auto" logged it (FAE_SOFTMAX_LOG_PLAN).
+    code = ROUTED_ROWS_CHECK.replace("CASES", repr([case for case, _ in cases]))
+    return [(case, expected, line) for (case, expected), line in zip(cases, _logged_plans(code, len(cases)))]
 
 
 @pytest.mark.cuda
@@ -1053,8 +1061,7 @@ def test_grid_softmax_routing_cuda():
         ((many - 1, 127, "bfloat16", "softmax", 0, "auto"), None), ((many, 61, "bfloat16", "softmax", 0, "auto"), None),
         ((many, 127, "float32", "softmax", 0, "auto"), None), ((many, 128, "bfloat16", "softmax", 0, "auto"), None),
         ((67, 1023, "bfloat16", "softmax", 0, "online"), None), ((67, 1023, "bfloat16", "softmax", 1, "auto"), None)]
-    code = GRID_SOFTMAX_ROUTING_CHECK.replace("CASES", repr([case for case, _ in cases]))
-    for ((rows, cols, *_), team), line in zip(cases, _logged_plans(code, len(cases))):
+    for (rows, cols, *_), team, line in _routed_plans(cases):
         if team is None:
             assert re.search(rf"plan: {rows}x{cols} kind=.*,grid=0$", line), line
         else:
@@ -1077,8 +1084,7 @@ def test_half_team_routing_cuda():
         ((256 * sms, 248, "bfloat16", "softmax", 0, "auto"), (16, 2)),
         ((128 * sms, 512, "bfloat16", "log_softmax", 0, "auto"), (32, 2)),
         ((256 * sms, 136, "float32", "softmax", 0, "auto"), (32, 2))]
-    code = GRID_SOFTMAX_ROUTING_CHECK.replace("CASES", repr([case for case, _ in cases]))
-    for ((rows, cols, *_), (lanes, vpt)), line in zip(cases, _logged_plans(code, len(cases))):
+    for (rows, cols, *_), (lanes, vpt), line in _routed_plans(cases):
         assert re.search(rf"plan: {rows}x{cols} kind=warp,lanes={lanes},vpt={vpt},.*,grid=0$", line), line
 
 
@@ -1097,8 +1103,7 @@ def test_wide_warp_softmax_routing_cuda():
         ((many - 1, 1032, "bfloat16", "softmax", 0, "auto"), None),
         ((many, 1032, "float32", "softmax", 0, "auto"), None),
         ((many, 1033, "float16", "softmax", 0, "auto"), None)]
-    code = GRID_SOFTMAX_ROUTING_CHECK.replace("CASES", repr([case for case, _ in cases]))
-    for ((rows, cols, *_), plan), line in zip(cases, _logged_plans(code, len(cases))):
+    for (rows, cols, *_), plan, line in _routed_plans(cases):
         assert f"plan: {rows}x{cols} kind=" in line, line
         if plan is None:
             assert "kind=warp" not in line, line
@@ -1121,8 +1126,7 @@ def test_two_warp_routing_cuda():
         ((many, 3072, "bfloat16", "softmax", 0, "auto"), (96, 0)),
         ((many, 2056, "float32", "softmax", 0, "auto"), (96, 0)),
         ((many, 2057, "bfloat16", "log_softmax", 0, "auto"), (96, 0))]
-    code = GRID_SOFTMAX_ROUTING_CHECK.replace("CASES", repr([case for case, _ in cases]))
-    for ((rows, cols, *_), (threads, smem)), line in zip(cases, _logged_plans(code, len(cases))):
+    for (rows, cols, *_), (threads, smem), line in _routed_plans(cases):
         assert re.search(rf"plan: {rows}x{cols} kind=block,lanes=0,vpt=\d+,threads={threads},smem={smem},", line), line
 
 

@@ -21,15 +21,16 @@ namespace softmax {
 // across the team's `lanes` lanes (xor-shuffles) and, unless the output is logsumexp, the epilogue, which leaves the
 // outputs in v. kFast: the sum's terms by the 16-bit fast exponential (ShiftedExp). Every thread's local max comes
 // first and exp(x - local max) stays in v, so softmax costs one exponential per element whichever reduction runs.
+// live: a lane's leading vectors that can hold elements (sum_rescaled); the others are neither summed nor normalized.
 template <typename T, int kVpl, bool kFast, bool kGuarded = false>
 __device__ __forceinline__ OnlineState<acc_t<T>> team_row(acc_t<T> (&v)[kVpl][RowsTraits<T>::kVec], int lanes,
-                                                          SoftmaxOutput output, bool online) {
+                                                          SoftmaxOutput output, bool online, int live = kVpl) {
   using A = acc_t<T>;
   constexpr int kVec = RowsTraits<T>::kVec;
   const A local_max = max_of(v);
   // The terms are taken against the lane's own max (online) or the row max (safe).
   const A ref = online ? local_max : warp_allreduce(local_max, MaxOp{}, lanes);
-  const A local_sum = sum_rescaled<kFast, kGuarded>(v, ref, output == SoftmaxOutput::Softmax);
+  const A local_sum = sum_rescaled<kFast, kGuarded>(v, ref, output == SoftmaxOutput::Softmax, live);
   OnlineState<A> row_state;
   if (online) {
     row_state = warp_allreduce(OnlineState<A>{ref, local_sum}, MergeOp{}, lanes);
@@ -39,9 +40,11 @@ __device__ __forceinline__ OnlineState<acc_t<T>> team_row(acc_t<T> (&v)[kVpl][Ro
   if (output != SoftmaxOutput::LogSumExp) {
     const Epilogue<A, kFastExp<T>> epi(output, row_state, ref);
 #pragma unroll
-    for (int s = 0; s < kVpl; ++s)
+    for (int s = 0; s < kVpl; ++s) {
+      if (s >= live) break;
 #pragma unroll
       for (int j = 0; j < kVec; ++j) v[s][j] = epi.apply_term(v[s][j]);
+    }
   }
   return row_state;
 }
@@ -117,6 +120,14 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned                   ?
   // a lane: unguarded, ptxas spilled them (16-bit 76 bytes, fp32 12: log_softmax 16384x1023 37.3 -> 40.4 us, s61
   // call 6).
   constexpr bool kGuarded = !kFast && !kAligned && !kPairs && kFixed == FixedRows::General && kVpl * kVec >= 32;
+  // The wide warp (beyond kMaxVpt vectors a lane: 16-bit rows of 129-256 vectors in 256 slots) splits a lane's vectors
+  // into a head of 5 and a tail of 3: rows that end in the head's 160 slots (len + d <= 1280 elements) leave the tail
+  // -inf in every lane, and skip its exponentials (logsumexp since s85: H200 s85 call 3, bf16 us cold, 65536x1023 52.0
+  // -> 47.3, 65536x1104 46.7 -> 41.0, 65536x1280 47.5 -> 43.0; longer rows within 0.3 either way, 65536x1281 53.5 ->
+  // 53.7) and, for softmax and log_softmax, its normalization and stores too (s90 call 1, bf16 us cold: softmax
+  // 65536x1032 80.4 -> 74.7, 65536x1104 81.9 -> 76.9, 65536x1280 85.9 -> 82.7, 8192x1032 14.5 -> 13.6; log_softmax
+  // 65536x1032 79.2 -> 75.4; 1288 and longer level).
+  constexpr int kHead = kVpl > RowsTraits<T>::kMaxVpt ? kVpl - 3 : kVpl;
 
   for (int64_t first_row = static_cast<int64_t>(blockIdx.x) * rows_per_block; first_row < p.rows;
        first_row += static_cast<int64_t>(gridDim.x) * rows_per_block) {
@@ -142,11 +153,6 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned                   ?
 #pragma unroll
         for (int s = 0; s < kVpl; ++s) raw[s] = g.raw[s];
       }
-      // The wide warp (beyond kMaxVpt vectors a lane) holds rows of 129-256 vectors in 256 slots; rows that end in the
-      // first 160 (d + len <= 1280 elements) leave a lane's last 3 vectors -inf in every lane, and their exponentials
-      // are skipped (H200, s85 call 3, bf16 us cold: 65536x1023 52.0 -> 47.3, 65536x1104 46.7 -> 41.0, 65536x1280
-      // 47.5 -> 43.0; longer rows within 0.3 either way, 65536x1281 53.5 -> 53.7).
-      constexpr int kHead = kVpl > RowsTraits<T>::kMaxVpt ? kVpl - 3 : kVpl;
       const bool tail = kHead == kVpl || static_cast<int>(len) + d > kHead * lanes * kVec;
       const A ref = warp_allreduce(packed_max<T>(raw), MaxOp{}, lanes);
       const A sum = warp_allreduce(packed_sum_exp<T, kVpl, kHead>(raw, ref, tail), SumOp{}, lanes);
@@ -169,7 +175,9 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned                   ?
     } else {
       load_group<T, kVpl, kAligned>(p.x + offset, len, 0, lanes, li, v);
     }
-    const OnlineState<A> row_state = team_row<T, kVpl, kFast, kGuarded>(v, lanes, output, online);
+    // Aligned rows only: the other wide-warp rows (kVpl > kMaxVpt) are logsumexp's, above.
+    const int live = kHead == kVpl || len > static_cast<int64_t>(kHead) * lanes * kVec ? kVpl : kHead;
+    const OnlineState<A> row_state = team_row<T, kVpl, kFast, kGuarded>(v, lanes, output, online, live);
     if (output == SoftmaxOutput::LogSumExp) {
       if (valid && li == 0) p.y[row] = from_acc<T>(row_lse(row_state));
       continue;
@@ -181,7 +189,7 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned                   ?
     } else if constexpr (kOnGrid) {
       store_group_shifted<T, kVpl>(p.y + offset, len, 0, d, lanes, li, v);
     } else {
-      store_group<T, kVpl, kAligned>(p.y + offset, len, 0, lanes, li, v);
+      store_group<T, kVpl, kAligned>(p.y + offset, len, 0, lanes, li, v, live);
     }
   }
 }

@@ -1117,7 +1117,8 @@ def test_wide_warp_softmax_routing_cuda():
 def test_two_warp_routing_cuda():
     # Where "auto" gives aligned 16-bit softmax and log_softmax rows of 257-320 vectors (2049-2560 elements) 64 threads
     # with a vector each in shared memory instead of 96 threads (two_warp_rows): the max-then-sum reduction at >= 96
-    # rows per SM; not the online reduction, fewer rows, rows the 96 threads fill, fp32, nor unaligned rows.
+    # rows per SM (log_softmax >= 32); not the online reduction, fewer rows, rows the 96 threads fill, fp32, nor
+    # unaligned rows.
     many = 96 * torch.cuda.get_device_properties(0).multi_processor_count
     cases = [  # rows, cols, dtype, op, offset, algorithm: threads, shared-memory vectors a thread
         ((many, 2056, "bfloat16", "softmax", 0, "auto"), (64, 1)),
@@ -1126,7 +1127,10 @@ def test_two_warp_routing_cuda():
         ((many - 1, 2056, "bfloat16", "softmax", 0, "auto"), (96, 0)),
         ((many, 3072, "bfloat16", "softmax", 0, "auto"), (96, 0)),
         ((many, 2056, "float32", "softmax", 0, "auto"), (96, 0)),
-        ((many, 2057, "bfloat16", "log_softmax", 0, "auto"), (96, 0))]
+        ((many, 2057, "bfloat16", "log_softmax", 0, "auto"), (96, 0)),
+        ((many // 3, 2056, "bfloat16", "log_softmax", 0, "auto"), (64, 1)),
+        ((many // 3 - 1, 2056, "float16", "log_softmax", 0, "auto"), (96, 0)),
+        ((many // 3, 2056, "bfloat16", "softmax", 0, "auto"), (96, 0))]
     for (rows, cols, *_), (threads, smem), line in _routed_plans(cases):
         assert re.search(rf"plan: {rows}x{cols} kind=block,lanes=0,vpt=\d+,threads={threads},smem={smem},", line), line
 

@@ -534,18 +534,23 @@ template <typename T> bool half_team_rows(const SoftmaxProblem& p, const RowsSha
 // softmax 65536x2056 162.6 / 164.5 -> 153.3 / 152.8, 65536x2304 165.4 / 166.9 -> 154.3 / 154.0, 52428x2560 137.7 /
 // 138.2 -> 132.6 / 131.7, 16384x2056 42.6 / 43.4 -> 41.9 / 41.3; log_softmax 65536x2056 162.2 -> 142.9, 52428x2560
 // 136.6 -> 128.0, 16384x2056 42.0 -> 39.0; fp16 alike. With fewer rows softmax lost cold (8448x2056, 64 rows an SM,
-// 24.1 -> 24.6, fp16 23.5 -> 24.7; 4224x2304 14.8 -> 15.4) where log_softmax still gained (23.9 -> 22.6): the gate
-// lies between 64 and 124 rows an SM. Rows the 96 threads fill lost (32768x3072 97.3 -> 103.8 on 64 x (4 + 2)), as
-// did 128-thread blocks (65536x2056 187.5) and one warp of 4 + 5 (162.5, level).
+// 24.1 -> 24.6, fp16 23.5 -> 24.7; 4224x2304 14.8 -> 15.4) where log_softmax still gained (23.9 -> 22.6): the gate lies
+// between 64 and 124 rows an SM for softmax; log_softmax takes them from 32 (kTwoWarpLogMinRowsPerSm; s90 call 1,
+// through auto, bf16 cold: 4224x2056 14.2 -> 13.7, 4224x2304 14.8 -> 14.2, 8448x2056 23.6 -> 22.3, 12671x2056 34.0 ->
+// 31.6; fp16 alike). Rows the 96 threads fill lost (32768x3072 97.3 -> 103.8 on 64 x (4 + 2)), as did 128-thread
+// blocks (65536x2056 187.5) and one warp of 4 + 5 (162.5, level).
 constexpr int kTwoWarpThreads = 64;
 constexpr int kTwoWarpSmemVecs = 1;
 constexpr int64_t kTwoWarpMinRowsPerSm = 96;
+constexpr int64_t kTwoWarpLogMinRowsPerSm = 32;
 template <typename T>
-bool two_warp_rows(const SoftmaxProblem& p, const RowsShape& s, int64_t row_vecs, int64_t threads) {
+bool two_warp_rows(const SoftmaxProblem& p, const RowsShape& s, int64_t row_vecs) {
+  // Rows past what the two warps hold in registers (those take 64 threads anyway), within the shared vector.
+  constexpr int64_t kInRegisters = int64_t(kTwoWarpThreads) * RowsTraits<T>::kMaxVpt;
   return sizeof(T) == 2 && s.aligned && p.output != SoftmaxOutput::LogSumExp &&
-         p.algorithm != SoftmaxAlgorithm::Online && threads == 96 &&
-         row_vecs <= int64_t(kTwoWarpThreads) * (RowsTraits<T>::kMaxVpt + kTwoWarpSmemVecs) &&
-         s.rows >= kTwoWarpMinRowsPerSm * s.sms;
+         p.algorithm != SoftmaxAlgorithm::Online && row_vecs > kInRegisters &&
+         row_vecs <= kInRegisters + int64_t(kTwoWarpThreads) * kTwoWarpSmemVecs &&
+         s.rows >= (p.output == SoftmaxOutput::LogSoftmax ? kTwoWarpLogMinRowsPerSm : kTwoWarpMinRowsPerSm) * s.sms;
 }
 
 template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const RowsShape& s) {
@@ -862,7 +867,7 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
     plan.kind = RowsKind::Block;
     plan.vpt = vpt;
     plan.threads = static_cast<int>(threads);
-    if (two_warp_rows<T>(p, s, nv, threads)) {
+    if (two_warp_rows<T>(p, s, nv)) {
       plan.threads = kTwoWarpThreads;
       plan.smem = kTwoWarpSmemVecs;
     }

@@ -1114,11 +1114,12 @@ def test_wide_warp_softmax_routing_cuda():
 
 @pytest.mark.cuda
 @requires_cuda
-def test_two_warp_routing_cuda():
-    # Where "auto" gives aligned 16-bit softmax and log_softmax rows of 257-320 vectors (2049-2560 elements) 64 threads
-    # with a vector each in shared memory instead of 96 threads (two_warp_rows): the max-then-sum reduction at >= 96
-    # rows per SM (log_softmax >= 32); not the online reduction, fewer rows, rows the 96 threads fill, fp32, nor
-    # unaligned rows.
+def test_fewer_warp_routing_cuda():
+    # Where "auto" gives aligned 16-bit softmax and log_softmax rows one warp fewer than kMaxVpt = 4 vectors a thread
+    # needs, with a vector each in shared memory (fewer_warp_rows): rows of 257-320 vectors (2049-2560 elements) 64
+    # threads instead of 96, rows of 513-640 (4097-5120) 128 instead of 160 (softmax only to 576 vectors); under the
+    # max-then-sum reduction at >= 96 rows per SM (log_softmax >= 32). Not the online reduction, fewer rows, rows the
+    # 96 threads fill, other block sizes, fp32, nor unaligned rows.
     many = 96 * torch.cuda.get_device_properties(0).multi_processor_count
     cases = [  # rows, cols, dtype, op, offset, algorithm: threads, shared-memory vectors a thread
         ((many, 2056, "bfloat16", "softmax", 0, "auto"), (64, 1)),
@@ -1130,7 +1131,17 @@ def test_two_warp_routing_cuda():
         ((many, 2057, "bfloat16", "log_softmax", 0, "auto"), (96, 0)),
         ((many // 3, 2056, "bfloat16", "log_softmax", 0, "auto"), (64, 1)),
         ((many // 3 - 1, 2056, "float16", "log_softmax", 0, "auto"), (96, 0)),
-        ((many // 3, 2056, "bfloat16", "softmax", 0, "auto"), (96, 0))]
+        ((many // 3, 2056, "bfloat16", "softmax", 0, "auto"), (96, 0)),
+        ((many, 3080, "bfloat16", "log_softmax", 0, "auto"), (128, 0)),
+        ((many, 4104, "bfloat16", "softmax", 0, "auto"), (128, 1)),
+        ((many, 4608, "float16", "softmax", 0, "auto"), (128, 1)),
+        ((many, 4616, "bfloat16", "softmax", 0, "auto"), (160, 0)),
+        ((many // 3, 5120, "float16", "log_softmax", 0, "auto"), (128, 1)),
+        ((many // 3 - 1, 4104, "bfloat16", "log_softmax", 0, "auto"), (160, 0)),
+        ((many // 3, 4104, "bfloat16", "softmax", 0, "auto"), (160, 0)),
+        ((many, 4104, "bfloat16", "softmax", 0, "online"), (160, 0)),
+        ((many, 4104, "float32", "log_softmax", 0, "auto"), (160, 0)),
+        ((many, 5128, "bfloat16", "log_softmax", 0, "auto"), (192, 0))]
     for (rows, cols, *_), (threads, smem), line in _routed_plans(cases):
         assert re.search(rf"plan: {rows}x{cols} kind=block,lanes=0,vpt=\d+,threads={threads},smem={smem},", line), line
 

@@ -458,8 +458,8 @@ bool unaligned_pipe_rows(const SoftmaxProblem& p, const RowsShape& s) {
 //  2. block-per-row      row in registers of one block of <= 1024 threads (32K fp32 / 16-bit, 16K doubles),
 //                        the large vectors-per-thread size (fewest threads, most bytes in flight per thread);
 //                        "auto" softmax/log_softmax uses it only up to 512 threads and when rows fill the GPU;
-//                        many aligned 16-bit rows of 257-320 vectors take 64 threads and a vector each in
-//                        shared memory instead of 96 threads (two_warp_rows);
+//                        many aligned 16-bit rows of 257-320 and 513-640 vectors take one warp fewer and
+//                        a vector each in shared memory (fewer_warp_rows);
 //  2b. block-per-row with shared memory: "auto", aligned, rows beyond 512 threads, >= 2 rows per SM: a 256-
 //                        or 512-thread block keeps the rest of its row in shared memory (cp.async), >= 2
 //                        blocks per SM overlap one row's reduction and store with the next one's loads, and
@@ -527,30 +527,37 @@ template <typename T> bool half_team_rows(const SoftmaxProblem& p, const RowsSha
          s.rows * wide_team_lanes(row_vecs) >= int64_t(32) * kHalfTeamMinWarpsPerSm * s.sms;
 }
 
-// Step 2's aligned 16-bit softmax and log_softmax rows of 257-320 vectors (2049-2560 elements) under the max-then-sum
-// reduction, whose 96-thread blocks at kMaxVpt = 4 vectors leave up to a third of their slots idle, run on 64 threads
-// with a fifth vector each in shared memory (kTwoWarpSmemVecs): two warps a row to meet instead of three, where the
-// rows give every SM kTwoWarpMinRowsPerSm blocks. H200, s89 calls 4-5, us cold / streamed, 96 x 4 -> 64 x (4 + 1): bf16
-// softmax 65536x2056 162.6 / 164.5 -> 153.3 / 152.8, 65536x2304 165.4 / 166.9 -> 154.3 / 154.0, 52428x2560 137.7 /
-// 138.2 -> 132.6 / 131.7, 16384x2056 42.6 / 43.4 -> 41.9 / 41.3; log_softmax 65536x2056 162.2 -> 142.9, 52428x2560
-// 136.6 -> 128.0, 16384x2056 42.0 -> 39.0; fp16 alike. With fewer rows softmax lost cold (8448x2056, 64 rows an SM,
-// 24.1 -> 24.6, fp16 23.5 -> 24.7; 4224x2304 14.8 -> 15.4) where log_softmax still gained (23.9 -> 22.6): the gate lies
-// between 64 and 124 rows an SM for softmax; log_softmax takes them from 32 (kTwoWarpLogMinRowsPerSm; s90 call 1,
-// through auto, bf16 cold: 4224x2056 14.2 -> 13.7, 4224x2304 14.8 -> 14.2, 8448x2056 23.6 -> 22.3, 12671x2056 34.0 ->
-// 31.6; fp16 alike). Rows the 96 threads fill lost (32768x3072 97.3 -> 103.8 on 64 x (4 + 2)), as did 128-thread
-// blocks (65536x2056 187.5) and one warp of 4 + 5 (162.5, level).
-constexpr int kTwoWarpThreads = 64;
-constexpr int kTwoWarpSmemVecs = 1;
-constexpr int64_t kTwoWarpMinRowsPerSm = 96;
-constexpr int64_t kTwoWarpLogMinRowsPerSm = 32;
+// Step 2's aligned 16-bit softmax and log_softmax rows under the max-then-sum reduction whose last warp of kMaxVpt = 4
+// vectors a thread would be part-filled run on one warp fewer, with a fifth vector each in shared memory
+// (kFewerWarpSmemVecs): rows of 257-320 vectors (2049-2560 elements) on 64 threads instead of 96, rows of 513-640
+// (4097-5120) on 128 instead of 160; fewer warps a row to meet, where the rows give every SM enough blocks.
+// H200, s89 calls 4-5, us cold / streamed, 96 x 4 -> 64 x (4 + 1): bf16 softmax 65536x2056 162.6 / 164.5 -> 153.3 /
+// 152.8, 65536x2304 165.4 / 166.9 -> 154.3 / 154.0, 52428x2560 137.7 / 138.2 -> 132.6 / 131.7, 16384x2056 42.6 / 43.4
+// -> 41.9 / 41.3; log_softmax 65536x2056 162.2 -> 142.9, 52428x2560 136.6 -> 128.0, 16384x2056 42.0 -> 39.0; fp16
+// alike. With fewer rows softmax lost cold (8448x2056, 64 rows an SM, 24.1 -> 24.6, fp16 23.5 -> 24.7; 4224x2304 14.8
+// -> 15.4) where log_softmax still gained (23.9 -> 22.6): the gate lies between 64 and 124 rows an SM for softmax
+// (kFewerWarpMinRowsPerSm); log_softmax takes them from 32 (kFewerWarpLogMinRowsPerSm; s90 call 1, through auto, bf16
+// cold: 4224x2056 14.2 -> 13.7, 4224x2304 14.8 -> 14.2, 8448x2056 23.6 -> 22.3, 12671x2056 34.0 -> 31.6; fp16 alike).
+// s90 call 3, forced, 160 x 4 -> 128 x (4 + 1), bf16 cold: log_softmax 16384x4104 76.0 -> 70.8, 16384x4608 78.5 ->
+// 74.5, 16384x5120 83.6 -> 81.9, 32768x4104 148.5 -> 138.0, 4224x4104 22.9 -> 21.6; softmax 16384x4104 77.3 -> 74.3
+// (fp16 75.0 -> 73.4), 32768x4104 150.5 -> 144.2, 16384x4608 79.7 -> 78.2 (fp16 78.0 -> 77.9), but 16384x5120 84.3 ->
+// 85.1 (fp16 82.9 -> 84.9) and 4224x4104 fp16 22.5 -> 22.8: softmax there only to 576 vectors
+// (kFewerWarpSoftmaxMaxVecs160). Rows the 96 threads fill lost (32768x3072 97.3 -> 103.8 on 64 x (4 + 2)), as did
+// 128-thread blocks (65536x2056 187.5) and one warp of 4 + 5 (162.5, level); one warp fewer lost on the other sizes
+// (s90 call 3: 128 -> 96 x (4 + 1), softmax 16384x3840 62.4 -> 66.2; 192 -> 160 x (4 + 1), 16384x5128 93.4 -> 97.6).
+constexpr int kFewerWarpSmemVecs = 1;
+constexpr int64_t kFewerWarpMinRowsPerSm = 96;
+constexpr int64_t kFewerWarpLogMinRowsPerSm = 32;
+constexpr int64_t kFewerWarpSoftmaxMaxVecs160 = 576;
+// threads: the block the row would take at kMaxVpt vectors a thread (the fewest whole warps that hold it).
 template <typename T>
-bool two_warp_rows(const SoftmaxProblem& p, const RowsShape& s, int64_t row_vecs) {
-  // Rows past what the two warps hold in registers (those take 64 threads anyway), within the shared vector.
-  constexpr int64_t kInRegisters = int64_t(kTwoWarpThreads) * RowsTraits<T>::kMaxVpt;
-  return sizeof(T) == 2 && s.aligned && p.output != SoftmaxOutput::LogSumExp &&
-         p.algorithm != SoftmaxAlgorithm::Online && row_vecs > kInRegisters &&
-         row_vecs <= kInRegisters + int64_t(kTwoWarpThreads) * kTwoWarpSmemVecs &&
-         s.rows >= (p.output == SoftmaxOutput::LogSoftmax ? kTwoWarpLogMinRowsPerSm : kTwoWarpMinRowsPerSm) * s.sms;
+bool fewer_warp_rows(const SoftmaxProblem& p, const RowsShape& s, int64_t row_vecs, int64_t threads) {
+  if (sizeof(T) != 2 || !s.aligned || p.output == SoftmaxOutput::LogSumExp ||
+      p.algorithm == SoftmaxAlgorithm::Online || (threads != 96 && threads != 160) ||
+      row_vecs > (threads - 32) * (RowsTraits<T>::kMaxVpt + kFewerWarpSmemVecs))
+    return false;
+  if (p.output == SoftmaxOutput::LogSoftmax) return s.rows >= kFewerWarpLogMinRowsPerSm * s.sms;
+  return (threads == 96 || row_vecs <= kFewerWarpSoftmaxMaxVecs160) && s.rows >= kFewerWarpMinRowsPerSm * s.sms;
 }
 
 template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const RowsShape& s) {
@@ -867,9 +874,9 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
     plan.kind = RowsKind::Block;
     plan.vpt = vpt;
     plan.threads = static_cast<int>(threads);
-    if (two_warp_rows<T>(p, s, nv)) {
-      plan.threads = kTwoWarpThreads;
-      plan.smem = kTwoWarpSmemVecs;
+    if (fewer_warp_rows<T>(p, s, nv, threads)) {
+      plan.threads = static_cast<int>(threads) - 32;
+      plan.smem = kFewerWarpSmemVecs;
     }
     return plan;
   }

@@ -1091,6 +1091,47 @@ def test_half_team_routing_cuda():
 
 @pytest.mark.cuda
 @requires_cuda
+def test_scalar_rows_lanes_routing_cuda():
+    # Where "auto" gives unaligned fp32 softmax and log_softmax rows of <= 2 vectors (<= 8 elements) two lanes a row
+    # (kScalarRowsMinLanes) instead of one; not 16-bit rows of one vector (16-bit rows of two take two lanes as whole
+    # warp teams of 8 values a lane), aligned rows, nor longer rows.
+    cases = [  # rows, cols, dtype, op, offset, algorithm: lanes, vpt
+        ((4097, 7, "float32", "softmax", 0, "auto"), (2, 1)),
+        ((4097, 3, "float32", "log_softmax", 0, "online"), (2, 1)),
+        ((4097, 8, "float32", "softmax", 1, "auto"), (2, 1)),
+        ((4097, 7, "bfloat16", "log_softmax", 0, "auto"), (1, 1)),
+        ((4097, 13, "float16", "softmax", 0, "auto"), (2, 1)),
+        ((4097, 8, "float32", "softmax", 0, "auto"), (1, 2)),
+        ((4097, 9, "float32", "softmax", 0, "auto"), (2, 2))]
+    for (rows, cols, *_), (lanes, vpt), line in _routed_plans(cases):
+        assert re.search(rf"plan: {rows}x{cols} kind=warp,lanes={lanes},vpt={vpt},", line), line
+
+
+@pytest.mark.cuda
+@requires_cuda
+def test_eight_warp_routing_cuda():
+    # Where "auto" gives aligned 16-bit softmax and log_softmax rows of 9-15 warps at kMaxVpt = 4 vectors a thread
+    # (8193-15360 elements) 8 warps and the rest of the row in shared memory (eight_warp_rows), under the max-then-sum
+    # reduction at >= 32 rows per SM. Not the online reduction, fewer rows, rows of 8 or 16 warps, fp32, nor unaligned
+    # rows.
+    many = 32 * torch.cuda.get_device_properties(0).multi_processor_count
+    cases = [  # rows, cols, dtype, op, offset, algorithm: threads, shared-memory vectors a thread
+        ((many, 8200, "bfloat16", "softmax", 0, "auto"), (256, 1)),
+        ((many, 10248, "float16", "log_softmax", 0, "safe"), (256, 2)),
+        ((many, 15360, "bfloat16", "softmax", 0, "auto"), (256, 4)),
+        ((many, 15368, "bfloat16", "softmax", 0, "auto"), (512, 0)),
+        ((many, 8192, "bfloat16", "log_softmax", 0, "auto"), (256, 0)),
+        ((many - 1, 8200, "bfloat16", "softmax", 0, "auto"), (288, 0)),
+        ((many, 8200, "bfloat16", "softmax", 0, "online"), (288, 0)),
+        ((many, 8200, "float32", "softmax", 0, "auto"), (288, 0)),
+        ((many, 8201, "bfloat16", "softmax", 0, "auto"), (288, 0)),
+        ((many, 6152, "float16", "softmax", 0, "auto"), (224, 0))]
+    for (rows, cols, *_), (threads, smem), line in _routed_plans(cases):
+        assert re.search(rf"plan: {rows}x{cols} kind=block,lanes=0,vpt=\d+,threads={threads},smem={smem},", line), line
+
+
+@pytest.mark.cuda
+@requires_cuda
 def test_wide_warp_softmax_routing_cuda():
     # Where "auto" runs aligned 16-bit softmax and log_softmax rows of 129-256 vectors (1025-2048 elements) on one warp
     # each at 8 vectors a lane (warp_max_vpl): the max-then-sum reduction (auto, safe) at >= 32 rows per SM; not the

@@ -459,7 +459,8 @@ bool unaligned_pipe_rows(const SoftmaxProblem& p, const RowsShape& s) {
 //                        the large vectors-per-thread size (fewest threads, most bytes in flight per thread);
 //                        "auto" softmax/log_softmax uses it only up to 512 threads and when rows fill the GPU;
 //                        many aligned 16-bit rows of 257-320 and 513-640 vectors take one warp fewer and
-//                        a vector each in shared memory (fewer_warp_rows);
+//                        a vector each in shared memory (fewer_warp_rows), those of 9-15 warps 8 warps
+//                        and the rest of the row in shared memory (eight_warp_rows);
 //  2b. block-per-row with shared memory: "auto", aligned, rows beyond 512 threads, >= 2 rows per SM: a 256-
 //                        or 512-thread block keeps the rest of its row in shared memory (cp.async), >= 2
 //                        blocks per SM overlap one row's reduction and store with the next one's loads, and
@@ -560,6 +561,36 @@ bool fewer_warp_rows(const SoftmaxProblem& p, const RowsShape& s, int64_t row_ve
   return (threads == 96 || row_vecs <= kFewerWarpSoftmaxMaxVecs160) && s.rows >= kFewerWarpMinRowsPerSm * s.sms;
 }
 
+// Step 2's aligned 16-bit softmax and log_softmax rows under the max-then-sum reduction that need 9-15 warps at
+// kMaxVpt = 4 vectors a thread (8193-15360 elements) run on 8 warps (kEightWarpThreads) with the rest of the row in
+// shared memory. Why: that block kernel takes 64 registers (ptxas, sm_90a), so an SM holds 32 of its warps as
+// floor(32 / w) blocks of w warps: 27 at w = 9, 30 at 10, 22 at 11, 24 at 12, 26 at 13, 28 at 14, 30 at 15, but 32 at
+// 8 (fewer_warp_rows' wins were the same step, 30 -> 32). H200, s91 call 1 (forced), us cold, bf16 softmax / log_softmax:
+// 16384x8200 (9 warps -> 8 + 1 shared vector) 158.0 / 154.9 -> 151.6 / 141.1, 16384x9224 (10 -> 8 + 1) 168.2 / 165.5 ->
+// 161.0 / 151.8, 16384x10248 (11 -> 8 + 2) 232.9 / 228.8 -> 187.1 / 168.2 (10 + 1: 202.8 / 191.8), 16384x12288 (12 ->
+// 8 + 2) 243.7 / 238.8 -> 208.7 / 196.5, 16384x14336 (14 -> 8 + 3) 272.1 / 267.3 -> 248.9 / 229.1; 4224 rows (32 an SM)
+// alike (4224x10248 62.1 -> 52.7). Through auto (call 3), old plan forced -> auto: 16384x13312 (13 -> 8 + 3) 261.9 /
+// 256.9 -> 235.0 / 211.3; 16384x15360 (15 -> 8 + 4) 281.8 / 276.0 -> 275.7 / 246.9, 4224x15360 softmax level (77.0 ->
+// 76.9, fp16 75.0 -> 75.8); fp16 alike elsewhere. Rows of 7 warps lost on 6 + 1 (16384x6152 softmax 113.9 -> 116.8), and
+// rows of 6-7 on 8 warps without shared vectors (call 4: 16384x5128 93.9 -> 112.4, 16384x6152 114.5 -> 116.9). Not fp32: its
+// block kernel at 8 vectors a thread gained on 256 threads at some sizes and lost at others (NOTES "s91 call 5").
+constexpr int kEightWarpThreads = 256;
+constexpr int64_t kEightWarpMinRowsPerSm = 32;
+// threads: the block the row would take at kMaxVpt vectors a thread.
+template <typename T> bool eight_warp_rows(const SoftmaxProblem& p, const RowsShape& s, int64_t threads) {
+  return sizeof(T) == 2 && s.aligned && p.output != SoftmaxOutput::LogSumExp &&
+         p.algorithm != SoftmaxAlgorithm::Online && threads > kEightWarpThreads && threads < kSplitThreads &&
+         s.rows >= kEightWarpMinRowsPerSm * s.sms;
+}
+
+// Unaligned fp32 softmax and log_softmax rows of <= 2 vectors take two lanes a row: one lane's element-by-element
+// loads and stores left it at half of torch's rate. H200, s91 call 1, us cold / streamed, 1 lane (forced) -> 2 lanes
+// (auto): 65536x7 5.9 / 5.2 -> 5.5 / 2.3 (torch 5.9 / 2.7), 16384x7 4.9 / 3.8 -> 4.7 / 2.1, 4097x7 5.0 / 1.9 -> 4.9 /
+// 1.4, 65536x3 5.6 / 3.1 -> 5.1 / 2.0, 65536x6 5.5 / 3.5 -> 5.5 / 2.2; log_softmax alike. 16-bit rows stay on one
+// lane (element pairs): two lanes paid on bf16 65536x7 (6.0 / 4.2 -> 5.6 / 3.2) but lost on 65536x3 (5.1 / 2.0 ->
+// 5.6 / 2.9) and 65536x6 (4.9 / 2.1 -> 5.6 / 3.0). s90 call 7: 4 and 8 lanes slower at 65536 rows.
+constexpr int64_t kScalarRowsMinLanes = 2;
+
 template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const RowsShape& s) {
   using Traits = RowsTraits<T>;
   RowsPlan plan;
@@ -610,7 +641,11 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
       return plan;
     }
     const int64_t per_lane = p.output == SoftmaxOutput::LogSumExp ? 4 : 2;
-    plan.lanes = static_cast<int>(std::clamp<int64_t>(next_pow2(ceil_div(row_vecs, per_lane)), 1, 32));
+    // Unaligned fp32 softmax and log_softmax rows of <= 2 vectors (<= 8 elements), read element by element, on two
+    // lanes a row instead of one (kScalarRowsMinLanes).
+    const bool two_lane_rows = sizeof(T) == 4 && !s.aligned && p.output != SoftmaxOutput::LogSumExp;
+    const int64_t min_lanes = two_lane_rows ? kScalarRowsMinLanes : 1;
+    plan.lanes = static_cast<int>(std::clamp<int64_t>(next_pow2(ceil_div(row_vecs, per_lane)), min_lanes, 32));
     plan.vpt = static_cast<int>(next_pow2(ceil_div(row_vecs, plan.lanes)));
     if (whole_warp_team<T>(s.aligned, grid_rows, plan.vpt)) {
       plan.lanes = static_cast<int>(next_pow2(std::min<int64_t>(row_vecs, 32)));
@@ -877,6 +912,9 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
     if (fewer_warp_rows<T>(p, s, nv, threads)) {
       plan.threads = static_cast<int>(threads) - 32;
       plan.smem = kFewerWarpSmemVecs;
+    } else if (eight_warp_rows<T>(p, s, threads)) {
+      plan.threads = kEightWarpThreads;
+      plan.smem = static_cast<int>(ceil_div(nv, int64_t(kEightWarpThreads)) - vpt);
     }
     return plan;
   }

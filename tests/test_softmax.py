@@ -1046,6 +1046,12 @@ def _routed_plans(cases):
     return [(case, expected, line) for (case, expected), line in zip(cases, _logged_plans(code, len(cases)))]
 
 
+def _assert_block_plans(cases):
+    # Each case's plan as "auto" logged it: a block of the expected threads and shared-memory vectors a thread.
+    for (rows, cols, *_), (threads, smem), line in _routed_plans(cases):
+        assert re.search(rf"plan: {rows}x{cols} kind=block,lanes=0,vpt=\d+,threads={threads},smem={smem},", line), line
+
+
 @pytest.mark.cuda
 @requires_cuda
 def test_grid_softmax_routing_cuda():
@@ -1126,8 +1132,7 @@ def test_eight_warp_routing_cuda():
         ((many, 8200, "float32", "softmax", 0, "auto"), (288, 0)),
         ((many, 8201, "bfloat16", "softmax", 0, "auto"), (288, 0)),
         ((many, 6152, "float16", "softmax", 0, "auto"), (224, 0))]
-    for (rows, cols, *_), (threads, smem), line in _routed_plans(cases):
-        assert re.search(rf"plan: {rows}x{cols} kind=block,lanes=0,vpt=\d+,threads={threads},smem={smem},", line), line
+    _assert_block_plans(cases)
 
 
 @pytest.mark.cuda
@@ -1183,8 +1188,7 @@ def test_fewer_warp_routing_cuda():
         ((many, 4104, "bfloat16", "softmax", 0, "online"), (160, 0)),
         ((many, 4104, "float32", "log_softmax", 0, "auto"), (160, 0)),
         ((many, 5128, "bfloat16", "log_softmax", 0, "auto"), (192, 0))]
-    for (rows, cols, *_), (threads, smem), line in _routed_plans(cases):
-        assert re.search(rf"plan: {rows}x{cols} kind=block,lanes=0,vpt=\d+,threads={threads},smem={smem},", line), line
+    _assert_block_plans(cases)
 
 
 DEAD_VECTORS_CHECK = """

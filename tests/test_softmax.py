@@ -1116,10 +1116,10 @@ def test_scalar_rows_lanes_routing_cuda():
 @pytest.mark.cuda
 @requires_cuda
 def test_eight_warp_routing_cuda():
-    # Where "auto" gives aligned 16-bit softmax and log_softmax rows of 9-15 warps at kMaxVpt = 4 vectors a thread
-    # (8193-15360 elements) 8 warps and the rest of the row in shared memory (eight_warp_rows), under the max-then-sum
-    # reduction at >= 32 rows per SM. Not the online reduction, fewer rows, rows of 8 or 16 warps, fp32, nor unaligned
-    # rows.
+    # Where "auto" (and "safe") gives aligned 16-bit softmax and log_softmax rows of 9-15 warps at kMaxVpt = 4 vectors
+    # a thread (8193-15360 elements) 8 warps and the rest of the row in shared memory (eight_warp_rows), under the
+    # max-then-sum reduction at >= 32 rows per SM. Not the online reduction, fewer rows, rows of 8 or 16 warps, fp32,
+    # nor unaligned rows.
     many = 32 * torch.cuda.get_device_properties(0).multi_processor_count
     cases = [  # rows, cols, dtype, op, offset, algorithm: threads, shared-memory vectors a thread
         ((many, 8200, "bfloat16", "softmax", 0, "auto"), (256, 1)),

@@ -561,19 +561,20 @@ bool fewer_warp_rows(const SoftmaxProblem& p, const RowsShape& s, int64_t row_ve
   return (threads == 96 || row_vecs <= kFewerWarpSoftmaxMaxVecs160) && s.rows >= kFewerWarpMinRowsPerSm * s.sms;
 }
 
-// Step 2's aligned 16-bit softmax and log_softmax rows under the max-then-sum reduction that need 9-15 warps at
-// kMaxVpt = 4 vectors a thread (8193-15360 elements) run on 8 warps (kEightWarpThreads) with the rest of the row in
-// shared memory. Why: that block kernel takes 64 registers (ptxas, sm_90a), so an SM holds 32 of its warps as
-// floor(32 / w) blocks of w warps: 27 at w = 9, 30 at 10, 22 at 11, 24 at 12, 26 at 13, 28 at 14, 30 at 15, but 32 at
-// 8 (fewer_warp_rows' wins were the same step, 30 -> 32). H200, s91 call 1 (forced), us cold, bf16 softmax / log_softmax:
+// Step 2's aligned 16-bit softmax and log_softmax rows under the max-then-sum reduction that need 9-15 warps at kMaxVpt
+// = 4 vectors a thread (8193-15360 elements) run on 8 warps (kEightWarpThreads) with the rest of the row in shared
+// memory. Why: that block kernel takes 64 registers (ptxas, sm_90a), so an SM holds 32 of its warps as floor(32 / w)
+// blocks of w warps: 27 at w = 9, 30 at 10, 22 at 11, 24 at 12, 26 at 13, 28 at 14, 30 at 15, but 32 at 8
+// (fewer_warp_rows' wins were the same step, 30 -> 32). H200, s91 call 1 (forced), us cold, bf16 softmax / log_softmax:
 // 16384x8200 (9 warps -> 8 + 1 shared vector) 158.0 / 154.9 -> 151.6 / 141.1, 16384x9224 (10 -> 8 + 1) 168.2 / 165.5 ->
-// 161.0 / 151.8, 16384x10248 (11 -> 8 + 2) 232.9 / 228.8 -> 187.1 / 168.2 (10 + 1: 202.8 / 191.8), 16384x12288 (12 ->
-// 8 + 2) 243.7 / 238.8 -> 208.7 / 196.5, 16384x14336 (14 -> 8 + 3) 272.1 / 267.3 -> 248.9 / 229.1; 4224 rows (32 an SM)
+// 161.0 / 151.8, 16384x10248 (11 -> 8 + 2) 232.9 / 228.8 -> 187.1 / 168.2 (10 + 1: 202.8 / 191.8), 16384x12288 (12 -> 8
+// + 2) 243.7 / 238.8 -> 208.7 / 196.5, 16384x14336 (14 -> 8 + 3) 272.1 / 267.3 -> 248.9 / 229.1; 4224 rows (32 an SM)
 // alike (4224x10248 62.1 -> 52.7). Through auto (call 3), old plan forced -> auto: 16384x13312 (13 -> 8 + 3) 261.9 /
 // 256.9 -> 235.0 / 211.3; 16384x15360 (15 -> 8 + 4) 281.8 / 276.0 -> 275.7 / 246.9, 4224x15360 softmax level (77.0 ->
-// 76.9, fp16 75.0 -> 75.8); fp16 alike elsewhere. Rows of 7 warps lost on 6 + 1 (16384x6152 softmax 113.9 -> 116.8), and
-// rows of 6-7 on 8 warps without shared vectors (call 4: 16384x5128 93.9 -> 112.4, 16384x6152 114.5 -> 116.9). Not fp32: its
-// block kernel at 8 vectors a thread gained on 256 threads at some sizes and lost at others (NOTES "s91 call 5").
+// 76.9, fp16 75.0 -> 75.8); fp16 alike elsewhere. Rows of 7 warps lost on 6 + 1 (16384x6152 softmax 113.9 -> 116.8),
+// and rows of 6-7 on 8 warps without shared vectors (call 4: 16384x5128 93.9 -> 112.4, 16384x6152 114.5 -> 116.9). Not
+// fp32: its block kernel at 8 vectors a thread gained on 256 threads at some sizes and lost at others (NOTES "s91 call
+// 5").
 constexpr int kEightWarpThreads = 256;
 constexpr int64_t kEightWarpMinRowsPerSm = 32;
 // threads: the block the row would take at kMaxVpt vectors a thread.

@@ -1099,8 +1099,9 @@ def test_half_team_routing_cuda():
 @requires_cuda
 def test_scalar_rows_lanes_routing_cuda():
     # Where "auto" gives unaligned fp32 softmax and log_softmax rows of <= 2 vectors (<= 8 elements) two lanes a row
-    # (kScalarRowsMinLanes) instead of one; not 16-bit rows of one vector (16-bit rows of two take two lanes as whole
-    # warp teams of 8 values a lane), aligned rows, nor longer rows.
+    # (kScalarRowsMinLanes) instead of one, and rows of 4 vectors one vector a lane (kScalarRowsLaneVecs); not 16-bit
+    # rows of one vector (16-bit rows of two take two lanes as whole-warp teams of 8 values a lane), aligned rows, nor
+    # longer rows.
     cases = [  # rows, cols, dtype, op, offset, algorithm: lanes, vpt
         ((4097, 7, "float32", "softmax", 0, "auto"), (2, 1)),
         ((4097, 3, "float32", "log_softmax", 0, "online"), (2, 1)),
@@ -1108,9 +1109,41 @@ def test_scalar_rows_lanes_routing_cuda():
         ((4097, 7, "bfloat16", "log_softmax", 0, "auto"), (1, 1)),
         ((4097, 13, "float16", "softmax", 0, "auto"), (2, 1)),
         ((4097, 8, "float32", "softmax", 0, "auto"), (1, 2)),
-        ((4097, 9, "float32", "softmax", 0, "auto"), (2, 2))]
+        ((4097, 9, "float32", "softmax", 0, "auto"), (2, 2)),
+        ((4097, 11, "float32", "log_softmax", 0, "auto"), (2, 2)),
+        ((4097, 13, "float32", "softmax", 0, "auto"), (4, 1)),
+        ((4097, 15, "float32", "log_softmax", 0, "auto"), (4, 1)),
+        ((4097, 17, "float32", "softmax", 0, "auto"), (4, 2)),
+        ((4097, 15, "float32", "softmax", 0, "online"), (4, 1)),
+        ((4097, 16, "float32", "softmax", 0, "auto"), (2, 2))]
     for (rows, cols, *_), (lanes, vpt), line in _routed_plans(cases):
         assert re.search(rf"plan: {rows}x{cols} kind=warp,lanes={lanes},vpt={vpt},", line), line
+
+
+@pytest.mark.cuda
+@requires_cuda
+def test_few_rows_block_routing_cuda():
+    # Where "auto" gives fewer rows than SMs that a block of <= 512 threads holds a block per row rather than the
+    # split kernel (few_rows_split): fp32 but for rows of exactly 512 threads, 16-bit always; fp64 still splits rows of
+    # more than 512 vectors.
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    few = sms // 2 + 1
+    cases = [  # rows, cols, dtype, op, offset, algorithm: kind
+        ((few, 4097, "float32", "softmax", 0, "auto"), "block"),
+        ((7, 12289, "float32", "log_softmax", 0, "auto"), "block"),
+        ((few, 16384, "float32", "softmax", 0, "auto"), "split"),
+        ((few, 8192, "bfloat16", "softmax", 0, "auto"), "block"),
+        ((few, 16384, "float16", "log_softmax", 0, "auto"), "block"),
+        ((few, 3000, "float64", "softmax", 0, "auto"), "split"),
+        ((few, 8192, "bfloat16", "softmax", 0, "online"), "block"),
+        ((few, 8192, "float32", "softmax", 0, "auto"), "block"),
+        ((few, 15360, "float32", "log_softmax", 0, "auto"), "block"),
+        ((few, 4097, "bfloat16", "softmax", 0, "auto"), "block"),
+        ((sms - 1, 16384, "float32", "softmax", 0, "auto"), "split"),
+        ((sms - 1, 8192, "bfloat16", "log_softmax", 0, "auto"), "block"),
+        ((sms, 4097, "float32", "softmax", 0, "auto"), "block")]
+    for (rows, cols, *_), kind, line in _routed_plans(cases):
+        assert re.search(rf"plan: {rows}x{cols} kind={kind},", line), line
 
 
 @pytest.mark.cuda

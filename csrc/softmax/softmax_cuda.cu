@@ -528,6 +528,13 @@ template <typename T> bool half_team_rows(const SoftmaxProblem& p, const RowsSha
          s.rows * wide_team_lanes(row_vecs) >= int64_t(32) * kHalfTeamMinWarpsPerSm * s.sms;
 }
 
+// Aligned 16-bit softmax and log_softmax rows under the max-then-sum reduction (auto or safe): the rows whose block
+// sizes fewer_warp_rows and eight_warp_rows change.
+template <typename T> bool max_then_sum_16bit_rows(const SoftmaxProblem& p, const RowsShape& s) {
+  return sizeof(T) == 2 && s.aligned && p.output != SoftmaxOutput::LogSumExp &&
+         p.algorithm != SoftmaxAlgorithm::Online;
+}
+
 // Step 2's aligned 16-bit softmax and log_softmax rows under the max-then-sum reduction whose last warp of kMaxVpt = 4
 // vectors a thread would be part-filled run on one warp fewer, with a fifth vector each in shared memory
 // (kFewerWarpSmemVecs): rows of 257-320 vectors (2049-2560 elements) on 64 threads instead of 96, rows of 513-640
@@ -553,8 +560,7 @@ constexpr int64_t kFewerWarpSoftmaxMaxVecs160 = 576;
 // threads: the block the row would take at kMaxVpt vectors a thread (the fewest whole warps that hold it).
 template <typename T>
 bool fewer_warp_rows(const SoftmaxProblem& p, const RowsShape& s, int64_t row_vecs, int64_t threads) {
-  if (sizeof(T) != 2 || !s.aligned || p.output == SoftmaxOutput::LogSumExp ||
-      p.algorithm == SoftmaxAlgorithm::Online || (threads != 96 && threads != 160) ||
+  if (!max_then_sum_16bit_rows<T>(p, s) || (threads != 96 && threads != 160) ||
       row_vecs > (threads - 32) * (RowsTraits<T>::kMaxVpt + kFewerWarpSmemVecs))
     return false;
   if (p.output == SoftmaxOutput::LogSoftmax) return s.rows >= kFewerWarpLogMinRowsPerSm * s.sms;
@@ -579,8 +585,7 @@ constexpr int kEightWarpThreads = 256;
 constexpr int64_t kEightWarpMinRowsPerSm = 32;
 // threads: the block the row would take at kMaxVpt vectors a thread.
 template <typename T> bool eight_warp_rows(const SoftmaxProblem& p, const RowsShape& s, int64_t threads) {
-  return sizeof(T) == 2 && s.aligned && p.output != SoftmaxOutput::LogSumExp &&
-         p.algorithm != SoftmaxAlgorithm::Online && threads > kEightWarpThreads && threads < kSplitThreads &&
+  return max_then_sum_16bit_rows<T>(p, s) && threads > kEightWarpThreads && threads < kSplitThreads &&
          s.rows >= kEightWarpMinRowsPerSm * s.sms;
 }
 
@@ -590,7 +595,28 @@ template <typename T> bool eight_warp_rows(const SoftmaxProblem& p, const RowsSh
 // 1.4, 65536x3 5.6 / 3.1 -> 5.1 / 2.0, 65536x6 5.5 / 3.5 -> 5.5 / 2.2; log_softmax alike. 16-bit rows stay on one
 // lane (element pairs): two lanes paid on bf16 65536x7 (6.0 / 4.2 -> 5.6 / 3.2) but lost on 65536x3 (5.1 / 2.0 ->
 // 5.6 / 2.9) and 65536x6 (4.9 / 2.1 -> 5.6 / 3.0). s90 call 7: 4 and 8 lanes slower at 65536 rows.
+// Their rows of 4 vectors (13-16 elements) take one vector a lane too (kScalarRowsLaneVecs), 4 lanes instead of 2
+// lanes of 2. s91 call 7, through auto, us cold / streamed, 2 x 2 (forced) -> 4 x 1: softmax 65536x15 8.0 / 6.9 -> 6.3
+// / 3.5 (torch 8.0 / 5.4), 65536x13 7.3 / 4.7 -> 6.2 / 3.3; log_softmax 65536x15 7.8 / 6.8 -> 6.8 / 3.5, 65536x13 6.4
+// / 4.6 -> 6.7 / 3.2. Rows of 3 vectors (9-12 elements) stay on 2 x 2: 4 x 1 gained streamed but lost cold, log_softmax
+// most (65536x9 5.2 / 3.8 -> 6.7 / 3.2, 65536x11 5.7 / 3.8 -> 6.6 / 3.1; softmax 65536x9 5.8 / 3.3 -> 6.1 / 3.2,
+// 65536x11 6.5 / 3.8 -> 6.1 / 3.1). 8 lanes slower (s91 call 6, forced).
 constexpr int64_t kScalarRowsMinLanes = 2;
+constexpr int64_t kScalarRowsLaneVecs = 4;
+
+// Whether step 3 splits rows that step 2's block would hold (threads <= kSplitThreads at kMaxVpt vectors a thread)
+// because there are fewer of them than SMs. fp32 only where the block needs all 512 threads, 16-bit never: a block per
+// row beat the split's chunks and exchange on fewer rows than SMs (H200, s91 call 1, forced, us cold / streamed, split
+// -> block: fp32 97x4097 8.7 / 6.1 -> 7.1 / 4.5 (torch 6.6 / 4.2), 7x4097 7.6 / 4.6 -> 6.6 / 3.2, 33x8192 7.5 / 5.1 ->
+// 7.2 / 3.8, 97x12289 10.8 / 9.7 -> 9.6 / 8.1, 127x8192 10.4 / 7.1 -> 8.4 / 6.5; bf16 97x4097 8.3 / 5.2 -> 6.2 / 4.1,
+// 97x8192 8.2 / 5.5 -> 6.4 / 4.1 (torch 8.1 / 5.3), 97x16384 8.9 / 7.1 -> 7.9 / 5.4, but 33x16384 7.0 / 5.2 -> 7.5 /
+// 3.7) but for fp32 rows of 512 threads (97x16384 11.4 / 9.9 -> 11.7 / 10.3, 33x16384 8.0 / 6.3 -> 9.4 / 6.2). fp64
+// (not measured) splits as before: rows of more than kSplitThreads * kSmallVpt vectors.
+template <typename T> bool few_rows_split(const RowsShape& s, int64_t threads) {
+  if (s.rows >= s.sms) return false;
+  if (sizeof(T) == 8) return s.nv > int64_t(kSplitThreads) * RowsTraits<T>::kSmallVpt;
+  return sizeof(T) == 4 && threads == kSplitThreads;
+}
 
 template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const RowsShape& s) {
   using Traits = RowsTraits<T>;
@@ -641,11 +667,12 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
       plan.vpt = static_cast<int>(next_pow2(ceil_div(row_vecs, plan.lanes)));
       return plan;
     }
-    const int64_t per_lane = p.output == SoftmaxOutput::LogSumExp ? 4 : 2;
-    // Unaligned fp32 softmax and log_softmax rows of <= 2 vectors (<= 8 elements), read element by element, on two
-    // lanes a row instead of one (kScalarRowsMinLanes).
-    const bool two_lane_rows = sizeof(T) == 4 && !s.aligned && p.output != SoftmaxOutput::LogSumExp;
-    const int64_t min_lanes = two_lane_rows ? kScalarRowsMinLanes : 1;
+    // Unaligned fp32 softmax and log_softmax rows, read element by element: at least two lanes (kScalarRowsMinLanes),
+    // one vector a lane for rows of 4 vectors (kScalarRowsLaneVecs).
+    const bool fp32_scalar_rows = sizeof(T) == 4 && !s.aligned && p.output != SoftmaxOutput::LogSumExp;
+    const bool vector_a_lane = fp32_scalar_rows && row_vecs == kScalarRowsLaneVecs;
+    const int64_t per_lane = p.output == SoftmaxOutput::LogSumExp ? 4 : vector_a_lane ? 1 : 2;
+    const int64_t min_lanes = fp32_scalar_rows ? kScalarRowsMinLanes : 1;
     plan.lanes = static_cast<int>(std::clamp<int64_t>(next_pow2(ceil_div(row_vecs, per_lane)), min_lanes, 32));
     plan.vpt = static_cast<int>(next_pow2(ceil_div(row_vecs, plan.lanes)));
     if (whole_warp_team<T>(s.aligned, grid_rows, plan.vpt)) {
@@ -876,8 +903,7 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
   //    freedom), preferring room for two rows at once (the next row loads while one row waits), the fewest
   //    shared-memory vectors, and the small register size when the large one leaves SMs idle. Otherwise
   //    fall through.
-  const bool prefer_split =
-      auto_rows && (threads > kSplitThreads || (s.rows < s.sms && nv > int64_t(kSplitThreads) * Traits::kSmallVpt));
+  const bool prefer_split = auto_rows && (threads > kSplitThreads || few_rows_split<T>(s, threads));
   if (prefer_split) {
     const int64_t large_chunks = ceil_div(nv, int64_t(kSplitBlockThreads) * Traits::kMaxVpt);
     const int vpt_order[2] = {s.rows * large_chunks < s.sms ? Traits::kSmallVpt : Traits::kMaxVpt, Traits::kMaxVpt};

@@ -128,6 +128,9 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned                   ?
   // 65536x1032 80.4 -> 74.7, 65536x1104 81.9 -> 76.9, 65536x1280 85.9 -> 82.7, 8192x1032 14.5 -> 13.6; log_softmax
   // 65536x1032 79.2 -> 75.4; 1288 and longer level).
   constexpr int kHead = kVpl > RowsTraits<T>::kMaxVpt ? kVpl - 3 : kVpl;
+  // Whether a row whose team holds it up to `end` element slots (its length, plus its misalignment on the memory's
+  // grid) reaches past the head in some lane. Rows here are at most 32 * kVpl * kVec (2048) elements: an int holds it.
+  const auto reaches_tail = [](int end, int team_lanes) { return kHead == kVpl || end > kHead * team_lanes * kVec; };
 
   for (int64_t first_row = static_cast<int64_t>(blockIdx.x) * rows_per_block; first_row < p.rows;
        first_row += static_cast<int64_t>(gridDim.x) * rows_per_block) {
@@ -153,7 +156,7 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned                   ?
 #pragma unroll
         for (int s = 0; s < kVpl; ++s) raw[s] = g.raw[s];
       }
-      const bool tail = kHead == kVpl || static_cast<int>(len) + d > kHead * lanes * kVec;
+      const bool tail = reaches_tail(static_cast<int>(len) + d, lanes);
       const A ref = warp_allreduce(packed_max<T>(raw), MaxOp{}, lanes);
       const A sum = warp_allreduce(packed_sum_exp<T, kVpl, kHead>(raw, ref, tail), SumOp{}, lanes);
       if (valid && li == 0) p.y[row] = from_acc<T>(row_lse(OnlineState<A>{ref, sum}));
@@ -176,7 +179,7 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned                   ?
       load_group<T, kVpl, kAligned>(p.x + offset, len, 0, lanes, li, v);
     }
     // Aligned rows only: the other wide-warp rows (kVpl > kMaxVpt) are logsumexp's, above.
-    const int live = kHead == kVpl || len > static_cast<int64_t>(kHead) * lanes * kVec ? kVpl : kHead;
+    const int live = reaches_tail(static_cast<int>(len), lanes) ? kVpl : kHead;
     const OnlineState<A> row_state = team_row<T, kVpl, kFast, kGuarded>(v, lanes, output, online, live);
     if (output == SoftmaxOutput::LogSumExp) {
       if (valid && li == 0) p.y[row] = from_acc<T>(row_lse(row_state));

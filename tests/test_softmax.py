@@ -1080,7 +1080,8 @@ def test_grid_softmax_routing_cuda():
 def test_half_team_routing_cuda():
     # Where "auto" runs aligned 16-bit softmax and log_softmax rows on half the lanes at 4 vectors each (half_team_rows):
     # rows of 17-64 vectors that fill at most 7/8 of their teams of 2 vectors a lane, any algorithm, where the halved
-    # teams give every SM 64 warps; not rows that fill more, rows of a power of two vectors, fewer rows, nor fp32.
+    # teams give every SM 64 warps; fp32 rows alike from 33 vectors (teams of 32 lanes); not rows that fill more, rows
+    # of a power of two vectors, nor fewer rows.
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     cases = [  # rows, cols, dtype, op, offset, algorithm: lanes, vpt
         ((256 * sms, 136, "bfloat16", "softmax", 0, "auto"), (8, 4)),
@@ -1090,7 +1091,11 @@ def test_half_team_routing_cuda():
         ((128 * sms - 1, 320, "bfloat16", "softmax", 0, "auto"), (32, 2)),
         ((256 * sms, 248, "bfloat16", "softmax", 0, "auto"), (16, 2)),
         ((128 * sms, 512, "bfloat16", "log_softmax", 0, "auto"), (32, 2)),
-        ((256 * sms, 136, "float32", "softmax", 0, "auto"), (32, 2))]
+        ((256 * sms, 136, "float32", "softmax", 0, "auto"), (16, 4)),
+        ((256 * sms, 224, "float32", "log_softmax", 0, "auto"), (16, 4)),
+        ((256 * sms, 232, "float32", "softmax", 0, "auto"), (32, 2)),
+        ((256 * sms, 128, "float32", "softmax", 0, "auto"), (16, 2)),
+        ((128 * sms - 1, 160, "float32", "softmax", 0, "auto"), (32, 2))]
     for (rows, cols, *_), (lanes, vpt), line in _routed_plans(cases):
         assert re.search(rf"plan: {rows}x{cols} kind=warp,lanes={lanes},vpt={vpt},.*,grid=0$", line), line
 
@@ -1099,15 +1104,24 @@ def test_half_team_routing_cuda():
 @requires_cuda
 def test_scalar_rows_lanes_routing_cuda():
     # Where "auto" gives unaligned fp32 softmax and log_softmax rows of <= 2 vectors (<= 8 elements) two lanes a row
-    # (kScalarRowsMinLanes) instead of one, and rows of 4 vectors one vector a lane (kScalarRowsLaneVecs); not 16-bit
-    # rows of one vector (16-bit rows of two take two lanes as whole-warp teams of 8 values a lane), aligned rows, nor
-    # longer rows.
+    # (kScalarRowsMinLanes) instead of one, and rows of 4 vectors one vector a lane (kScalarRowsLaneVecs); 16-bit rows
+    # of 7 elements two lanes and of 13-16 four (scalar_rows_min_lanes), their other rows of one vector one lane and of
+    # two vectors two (whole-warp teams of 8 values a lane); not aligned rows, nor longer rows.
     cases = [  # rows, cols, dtype, op, offset, algorithm: lanes, vpt
         ((4097, 7, "float32", "softmax", 0, "auto"), (2, 1)),
         ((4097, 3, "float32", "log_softmax", 0, "online"), (2, 1)),
         ((4097, 8, "float32", "softmax", 1, "auto"), (2, 1)),
-        ((4097, 7, "bfloat16", "log_softmax", 0, "auto"), (1, 1)),
-        ((4097, 13, "float16", "softmax", 0, "auto"), (2, 1)),
+        ((4097, 7, "bfloat16", "log_softmax", 0, "auto"), (2, 1)),
+        ((4097, 7, "float16", "softmax", 0, "online"), (2, 1)),
+        ((4097, 6, "bfloat16", "softmax", 0, "auto"), (1, 1)),
+        ((4097, 8, "bfloat16", "softmax", 1, "auto"), (1, 1)),
+        ((4097, 5, "float16", "log_softmax", 0, "auto"), (1, 1)),
+        ((4097, 9, "bfloat16", "softmax", 0, "auto"), (2, 1)),
+        ((4097, 12, "float16", "softmax", 0, "auto"), (2, 1)),
+        ((4097, 13, "float16", "softmax", 0, "auto"), (4, 1)),
+        ((4097, 15, "bfloat16", "log_softmax", 0, "auto"), (4, 1)),
+        ((4097, 16, "bfloat16", "softmax", 1, "auto"), (4, 1)),
+        ((4097, 17, "bfloat16", "softmax", 0, "auto"), (4, 1)),
         ((4097, 8, "float32", "softmax", 0, "auto"), (1, 2)),
         ((4097, 9, "float32", "softmax", 0, "auto"), (2, 2)),
         ((4097, 11, "float32", "log_softmax", 0, "auto"), (2, 2)),

@@ -522,8 +522,13 @@ int wide_team_lanes(int64_t row_vecs) {
 // 2.0 -> 2.1). Fp32 lost (41943x100 12.9 -> 17.4 at 8 x 4) or broke even (16 x 4), and rows of a power of two vectors
 // did not gain (32768x256 11.5 -> 11.9 at 8 x 4).
 constexpr int64_t kHalfTeamMinWarpsPerSm = 64;
+// fp32 rows too since session 92, those of 33-56 vectors (teams of 32 lanes -> 16 lanes x 4; H200, s92 call 5,
+// forced, us cold / streamed: 65536x160 27.7 / 26.2 -> 23.3 / 22.5 (torch 25.7 / 24.8), 65536x200 29.5 / 28.1 -> 28.4
+// / 27.7; 8 x 8 lost at 200 elements, 44.8).
+constexpr int64_t kHalfTeamFp32MinVecs = 33;
 template <typename T> bool half_team_rows(const SoftmaxProblem& p, const RowsShape& s, int64_t row_vecs) {
-  return sizeof(T) == 2 && s.aligned && p.output != SoftmaxOutput::LogSumExp && row_vecs > 16 && row_vecs <= 64 &&
+  const int64_t min_vecs = sizeof(T) == 2 ? 17 : sizeof(T) == 4 ? kHalfTeamFp32MinVecs : 65;
+  return s.aligned && p.output != SoftmaxOutput::LogSumExp && row_vecs >= min_vecs && row_vecs <= 64 &&
          8 * row_vecs <= 7 * next_pow2(row_vecs) &&
          s.rows * wide_team_lanes(row_vecs) >= int64_t(32) * kHalfTeamMinWarpsPerSm * s.sms;
 }
@@ -603,6 +608,23 @@ template <typename T> bool eight_warp_rows(const SoftmaxProblem& p, const RowsSh
 // 65536x11 6.5 / 3.8 -> 6.1 / 3.1). 8 lanes slower (s91 call 6, forced).
 constexpr int64_t kScalarRowsMinLanes = 2;
 constexpr int64_t kScalarRowsLaneVecs = 4;
+// Unaligned 16-bit softmax and log_softmax rows (element pairs, pair_group.cuh) took one lane a row up to a vector (8
+// elements) and two lanes for two. Two lengths paid more lanes (H200, s92 call 4, forced, us cold / streamed, torch
+// in the same run). Rows of 7 elements on two lanes (kPairRowsTwoLaneLen): bf16 65536x7 6.5 / 4.1 -> 6.0 / 3.2 (torch
+// 6.2 / 2.9), 16384x7 5.2 / 3.4 -> 5.0 / 2.3 (torch 5.1 / 2.2); four lanes 6.7 / 3.7. Not 3-6 elements: two lanes
+// lost at 65536x3 2.0 -> 2.9 streamed, x5 2.7 -> 3.0, x6 2.0 -> 3.0 (why one lane runs rows of 7 at half the rate of
+// 6 is not understood: a row of 7 spans 4 pairs at either shift). Rows of 13-16 elements on four lanes
+// (kPairRowsFourLaneMinLen): 65536x13 7.5 / 4.8 -> 7.2 / 4.0 (torch 8.0 / 5.0), 65536x15 7.5 / 5.4 -> 7.1 / 4.1
+// (torch 7.6 / 5.0); not 9 (6.2 / 3.7 -> 7.1 / 3.8).
+constexpr int64_t kPairRowsTwoLaneLen = 7;
+constexpr int64_t kPairRowsFourLaneMinLen = 13;
+// The fewest lanes an unaligned softmax or log_softmax row of len elements takes on the warp kernel.
+template <typename T> int64_t scalar_rows_min_lanes(int64_t len) {
+  if (sizeof(T) == 4) return kScalarRowsMinLanes;
+  if (sizeof(T) != 2) return 1;
+  if (len == kPairRowsTwoLaneLen) return 2;
+  return len >= kPairRowsFourLaneMinLen && len <= 2 * RowsTraits<T>::kVec ? 4 : 1;
+}
 
 // Whether step 3 splits rows that step 2's block would hold (threads <= kSplitThreads at kMaxVpt vectors a thread)
 // because there are fewer of them than SMs. fp32 only where the block needs all 512 threads, 16-bit never: a block per
@@ -661,18 +683,18 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
   if (row_vecs <= warp_vecs) {
     plan.kind = RowsKind::Warp;
     const bool on_grid = grid_softmax_rows<T>(p, s, row_vecs);
-    if (on_grid || half_team_rows<T>(p, s, row_vecs)) {  // 8-32 lanes of <= kMaxVpt = 4 vectors
+    if (on_grid || half_team_rows<T>(p, s, row_vecs)) {  // 8-32 lanes of <= 4 vectors
       plan.grid = on_grid ? 1 : 0;
       plan.lanes = wide_team_lanes(row_vecs);
       plan.vpt = static_cast<int>(next_pow2(ceil_div(row_vecs, plan.lanes)));
       return plan;
     }
     // Unaligned fp32 softmax and log_softmax rows, read element by element: at least two lanes (kScalarRowsMinLanes),
-    // one vector a lane for rows of 4 vectors (kScalarRowsLaneVecs).
-    const bool fp32_scalar_rows = sizeof(T) == 4 && !s.aligned && p.output != SoftmaxOutput::LogSumExp;
-    const bool vector_a_lane = fp32_scalar_rows && row_vecs == kScalarRowsLaneVecs;
+    // one vector a lane for rows of 4 vectors (kScalarRowsLaneVecs); 16-bit ones as scalar_rows_min_lanes says.
+    const bool scalar_rows = !s.aligned && p.output != SoftmaxOutput::LogSumExp;
+    const bool vector_a_lane = sizeof(T) == 4 && scalar_rows && row_vecs == kScalarRowsLaneVecs;
     const int64_t per_lane = p.output == SoftmaxOutput::LogSumExp ? 4 : vector_a_lane ? 1 : 2;
-    const int64_t min_lanes = fp32_scalar_rows ? kScalarRowsMinLanes : 1;
+    const int64_t min_lanes = scalar_rows ? scalar_rows_min_lanes<T>(s.len) : 1;
     plan.lanes = static_cast<int>(std::clamp<int64_t>(next_pow2(ceil_div(row_vecs, per_lane)), min_lanes, 32));
     plan.vpt = static_cast<int>(next_pow2(ceil_div(row_vecs, plan.lanes)));
     if (whole_warp_team<T>(s.aligned, grid_rows, plan.vpt)) {

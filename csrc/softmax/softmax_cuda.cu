@@ -453,8 +453,8 @@ bool unaligned_pipe_rows(const SoftmaxProblem& p, const RowsShape& s) {
 //                        >= 32 rows per SM: warp_max_vpl), any algorithm;
 //                        aligned rows get >= 2 vectors per lane where the row has them (teams of < 32 lanes
 //                        for short rows; on the H100 sweep 2 beat 4 for 128-element bf16 rows), logsumexp
-//                        >= 4, and many aligned 16-bit rows of 17-64 vectors that leave slots idle 4
-//                        (half_team_rows);
+//                        >= 4, and many aligned 16-bit rows of 17-64 vectors (fp32: 33-56) that leave slots
+//                        idle 4 (half_team_rows);
 //  2. block-per-row      row in registers of one block of <= 1024 threads (32K fp32 / 16-bit, 16K doubles),
 //                        the large vectors-per-thread size (fewest threads, most bytes in flight per thread);
 //                        "auto" softmax/log_softmax uses it only up to 512 threads and when rows fill the GPU;
@@ -519,12 +519,12 @@ int wide_team_lanes(int64_t row_vecs) {
 // online 26214x320 17.9 -> 14.1; fp16 alike; torch 19.4-21.8. Level at 41943x200 and 37449x224 (12.3 -> 12.5 and 12.4;
 // log_softmax 12.8 -> 12.5), and so where the row fills more than 7/8 (33825x248, 16644x504: 12.0-12.4 either way,
 // streamed up to 0.3 us slower); slower with fewer warps (16384x200 streamed 4.6 -> 5.2, 4096x384 3.4 -> 4.1, 1056x384
-// 2.0 -> 2.1). Fp32 lost (41943x100 12.9 -> 17.4 at 8 x 4) or broke even (16 x 4), and rows of a power of two vectors
-// did not gain (32768x256 11.5 -> 11.9 at 8 x 4).
+// 2.0 -> 2.1). Fp32 rows of 25 vectors lost (41943x100 12.9 -> 17.4 at 8 x 4) or broke even (16 x 4), and rows of a
+// power of two vectors did not gain (32768x256 11.5 -> 11.9 at 8 x 4).
 constexpr int64_t kHalfTeamMinWarpsPerSm = 64;
 // fp32 rows too since session 92, those of 33-56 vectors (teams of 32 lanes -> 16 lanes x 4; H200, s92 call 5,
 // forced, us cold / streamed: 65536x160 27.7 / 26.2 -> 23.3 / 22.5 (torch 25.7 / 24.8), 65536x200 29.5 / 28.1 -> 28.4
-// / 27.7; 8 x 8 lost at 200 elements, 44.8).
+// / 27.7; 8 x 8 lost at 200 elements, 44.8). Not fp64 (not timed): its minimum, 65, is past the 64 vectors allowed.
 constexpr int64_t kHalfTeamFp32MinVecs = 33;
 template <typename T> bool half_team_rows(const SoftmaxProblem& p, const RowsShape& s, int64_t row_vecs) {
   const int64_t min_vecs = sizeof(T) == 2 ? 17 : sizeof(T) == 4 ? kHalfTeamFp32MinVecs : 65;
@@ -597,8 +597,9 @@ template <typename T> bool eight_warp_rows(const SoftmaxProblem& p, const RowsSh
 // Unaligned fp32 softmax and log_softmax rows of <= 2 vectors take two lanes a row: one lane's element-by-element
 // loads and stores left it at half of torch's rate. H200, s91 call 1, us cold / streamed, 1 lane (forced) -> 2 lanes
 // (auto): 65536x7 5.9 / 5.2 -> 5.5 / 2.3 (torch 5.9 / 2.7), 16384x7 4.9 / 3.8 -> 4.7 / 2.1, 4097x7 5.0 / 1.9 -> 4.9 /
-// 1.4, 65536x3 5.6 / 3.1 -> 5.1 / 2.0, 65536x6 5.5 / 3.5 -> 5.5 / 2.2; log_softmax alike. 16-bit rows stay on one
-// lane (element pairs): two lanes paid on bf16 65536x7 (6.0 / 4.2 -> 5.6 / 3.2) but lost on 65536x3 (5.1 / 2.0 ->
+// 1.4, 65536x3 5.6 / 3.1 -> 5.1 / 2.0, 65536x6 5.5 / 3.5 -> 5.5 / 2.2; log_softmax alike. 16-bit rows of one vector
+// stayed on one lane (element pairs; but rows of 7 elements since session 92, scalar_rows_min_lanes): two lanes paid
+// on bf16 65536x7 (6.0 / 4.2 -> 5.6 / 3.2) but lost on 65536x3 (5.1 / 2.0 ->
 // 5.6 / 2.9) and 65536x6 (4.9 / 2.1 -> 5.6 / 3.0). s90 call 7: 4 and 8 lanes slower at 65536 rows.
 // Their rows of 4 vectors (13-16 elements) take one vector a lane too (kScalarRowsLaneVecs), 4 lanes instead of 2
 // lanes of 2. s91 call 7, through auto, us cold / streamed, 2 x 2 (forced) -> 4 x 1: softmax 65536x15 8.0 / 6.9 -> 6.3

@@ -1104,7 +1104,7 @@ def test_half_team_routing_cuda():
 @requires_cuda
 def test_scalar_rows_lanes_routing_cuda():
     # Where "auto" gives unaligned fp32 softmax and log_softmax rows of <= 2 vectors (<= 8 elements) two lanes a row
-    # (kScalarRowsMinLanes) instead of one, and rows of 4 vectors one vector a lane (kScalarRowsLaneVecs); 16-bit rows
+    # (kScalarRowsMinLanes) instead of one, and rows of 4 vectors one vector a lane (kFourLaneMinLen); 16-bit rows
     # of 7 elements two lanes and of 13-16 four (scalar_rows_min_lanes), their other rows of one vector one lane and of
     # two vectors two (whole-warp teams of 8 values a lane); not aligned rows, nor longer rows.
     cases = [  # rows, cols, dtype, op, offset, algorithm: lanes, vpt

@@ -599,32 +599,33 @@ template <typename T> bool eight_warp_rows(const SoftmaxProblem& p, const RowsSh
 // (auto): 65536x7 5.9 / 5.2 -> 5.5 / 2.3 (torch 5.9 / 2.7), 16384x7 4.9 / 3.8 -> 4.7 / 2.1, 4097x7 5.0 / 1.9 -> 4.9 /
 // 1.4, 65536x3 5.6 / 3.1 -> 5.1 / 2.0, 65536x6 5.5 / 3.5 -> 5.5 / 2.2; log_softmax alike. 16-bit rows of one vector
 // stayed on one lane (element pairs; but rows of 7 elements since session 92, scalar_rows_min_lanes): two lanes paid
-// on bf16 65536x7 (6.0 / 4.2 -> 5.6 / 3.2) but lost on 65536x3 (5.1 / 2.0 ->
-// 5.6 / 2.9) and 65536x6 (4.9 / 2.1 -> 5.6 / 3.0). s90 call 7: 4 and 8 lanes slower at 65536 rows.
-// Their rows of 4 vectors (13-16 elements) take one vector a lane too (kScalarRowsLaneVecs), 4 lanes instead of 2
+// on bf16 65536x7 (6.0 / 4.2 -> 5.6 / 3.2) but lost on 65536x3 (5.1 / 2.0 -> 5.6 / 2.9) and 65536x6 (4.9 / 2.1 -> 5.6
+// / 3.0). s90 call 7: 4 and 8 lanes slower at 65536 rows.
+// Their rows of 4 vectors (13-16 elements) take one vector a lane too (kFourLaneMinLen), 4 lanes instead of 2
 // lanes of 2. s91 call 7, through auto, us cold / streamed, 2 x 2 (forced) -> 4 x 1: softmax 65536x15 8.0 / 6.9 -> 6.3
 // / 3.5 (torch 8.0 / 5.4), 65536x13 7.3 / 4.7 -> 6.2 / 3.3; log_softmax 65536x15 7.8 / 6.8 -> 6.8 / 3.5, 65536x13 6.4
 // / 4.6 -> 6.7 / 3.2. Rows of 3 vectors (9-12 elements) stay on 2 x 2: 4 x 1 gained streamed but lost cold, log_softmax
 // most (65536x9 5.2 / 3.8 -> 6.7 / 3.2, 65536x11 5.7 / 3.8 -> 6.6 / 3.1; softmax 65536x9 5.8 / 3.3 -> 6.1 / 3.2,
 // 65536x11 6.5 / 3.8 -> 6.1 / 3.1). 8 lanes slower (s91 call 6, forced).
 constexpr int64_t kScalarRowsMinLanes = 2;
-constexpr int64_t kScalarRowsLaneVecs = 4;
 // Unaligned 16-bit softmax and log_softmax rows (element pairs, pair_group.cuh) took one lane a row up to a vector (8
-// elements) and two lanes for two. Two lengths paid more lanes (H200, s92 call 4, forced, us cold / streamed, torch
-// in the same run). Rows of 7 elements on two lanes (kPairRowsTwoLaneLen): bf16 65536x7 6.5 / 4.1 -> 6.0 / 3.2 (torch
-// 6.2 / 2.9), 16384x7 5.2 / 3.4 -> 5.0 / 2.3 (torch 5.1 / 2.2); four lanes 6.7 / 3.7. Not 3-6 elements: two lanes
-// lost at 65536x3 2.0 -> 2.9 streamed, x5 2.7 -> 3.0, x6 2.0 -> 3.0 (why one lane runs rows of 7 at half the rate of
-// 6 is not understood: a row of 7 spans 4 pairs at either shift). Rows of 13-16 elements on four lanes
-// (kPairRowsFourLaneMinLen): 65536x13 7.5 / 4.8 -> 7.2 / 4.0 (torch 8.0 / 5.0), 65536x15 7.5 / 5.4 -> 7.1 / 4.1
+// elements) and two lanes for two. Two lengths paid more lanes, rows of 13-16 elements as fp32's (H200, s92 call 4,
+// forced, us cold / streamed, torch in the same run). Rows of 7 elements on two lanes (kPairRowsTwoLaneLen): bf16
+// 65536x7 6.5 / 4.1 -> 6.0 / 3.2 (torch 6.2 / 2.9), 16384x7 5.2 / 3.4 -> 5.0 / 2.3 (torch 5.1 / 2.2); four lanes 6.7 /
+// 3.7. Not 3-6 elements: two lanes lost at 65536x3 2.0 -> 2.9 streamed, x5 2.7 -> 3.0, x6 2.0 -> 3.0 (why one lane runs
+// rows of 7 at half the rate of 6 is not understood: a row of 7 spans 4 pairs at either shift). Rows of 13-16 elements
+// on four lanes (kFourLaneMinLen): 65536x13 7.5 / 4.8 -> 7.2 / 4.0 (torch 8.0 / 5.0), 65536x15 7.5 / 5.4 -> 7.1 / 4.1
 // (torch 7.6 / 5.0); not 9 (6.2 / 3.7 -> 7.1 / 3.8).
 constexpr int64_t kPairRowsTwoLaneLen = 7;
-constexpr int64_t kPairRowsFourLaneMinLen = 13;
+// fp32 and 16-bit rows of 13-16 elements (4 fp32 vectors, 2 16-bit ones) take four lanes.
+constexpr int64_t kFourLaneMinLen = 13;
+constexpr int64_t kFourLaneMaxLen = 16;
 // The fewest lanes an unaligned softmax or log_softmax row of len elements takes on the warp kernel.
 template <typename T> int64_t scalar_rows_min_lanes(int64_t len) {
+  if (sizeof(T) != 2 && sizeof(T) != 4) return 1;
+  if (len >= kFourLaneMinLen && len <= kFourLaneMaxLen) return 4;
   if (sizeof(T) == 4) return kScalarRowsMinLanes;
-  if (sizeof(T) != 2) return 1;
-  if (len == kPairRowsTwoLaneLen) return 2;
-  return len >= kPairRowsFourLaneMinLen && len <= 2 * RowsTraits<T>::kVec ? 4 : 1;
+  return len == kPairRowsTwoLaneLen ? 2 : 1;
 }
 
 // Whether step 3 splits rows that step 2's block would hold (threads <= kSplitThreads at kMaxVpt vectors a thread)
@@ -690,11 +691,10 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
       plan.vpt = static_cast<int>(next_pow2(ceil_div(row_vecs, plan.lanes)));
       return plan;
     }
-    // Unaligned fp32 softmax and log_softmax rows, read element by element: at least two lanes (kScalarRowsMinLanes),
-    // one vector a lane for rows of 4 vectors (kScalarRowsLaneVecs); 16-bit ones as scalar_rows_min_lanes says.
+    // Unaligned softmax and log_softmax rows, read element by element or as pairs: at least the lanes
+    // scalar_rows_min_lanes says.
     const bool scalar_rows = !s.aligned && p.output != SoftmaxOutput::LogSumExp;
-    const bool vector_a_lane = sizeof(T) == 4 && scalar_rows && row_vecs == kScalarRowsLaneVecs;
-    const int64_t per_lane = p.output == SoftmaxOutput::LogSumExp ? 4 : vector_a_lane ? 1 : 2;
+    const int64_t per_lane = p.output == SoftmaxOutput::LogSumExp ? 4 : 2;
     const int64_t min_lanes = scalar_rows ? scalar_rows_min_lanes<T>(s.len) : 1;
     plan.lanes = static_cast<int>(std::clamp<int64_t>(next_pow2(ceil_div(row_vecs, per_lane)), min_lanes, 32));
     plan.vpt = static_cast<int>(next_pow2(ceil_div(row_vecs, plan.lanes)));

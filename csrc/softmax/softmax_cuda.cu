@@ -526,11 +526,24 @@ constexpr int64_t kHalfTeamMinWarpsPerSm = 64;
 // forced, us cold / streamed: 65536x160 27.7 / 26.2 -> 23.3 / 22.5 (torch 25.7 / 24.8), 65536x200 29.5 / 28.1 -> 28.4
 // / 27.7; 8 x 8 lost at 200 elements, 44.8). Not fp64 (not timed): its minimum, 65, is past the 64 vectors allowed.
 constexpr int64_t kHalfTeamFp32MinVecs = 33;
+// fp32 rows of 33-40 vectors (132-160 elements: 16 x 4 fills at most 5/8 of its slots) take half teams from 44 warps
+// an SM (11616 rows on 132 SMs); longer ones keep the 64-warp gate. H200, s93 call 4, forced 32 x 2 (auto) -> 16 x 4,
+// us cold / streamed (torch): softmax 12288x132 8.6 / 5.9 -> 7.7 / 4.9 (8.4 / 6.3), 12288x160 9.0 / 6.2 -> 8.6 / 5.6
+// (8.8 / 6.6), 14336x136 9.3 / 6.6 -> 8.8 / 6.0 (9.0 / 7.0), 16384x136 10.5 / 7.2 -> 9.6 / 6.5 (10.0 / 7.6),
+// 16384x160 10.6 / 7.5 -> 10.1 / 7.3 (10.2 / 8.0), level at 14336x160 (9.3 / 6.9 -> 9.4 / 6.7); log_softmax
+// 16384x136 10.5 / 7.0 -> 9.1 / 6.1 (9.0 / 6.7), 16384x160 10.3 / 7.5 -> 8.8 / 6.8 (9.3 / 7.3). Not longer rows there
+// (16384x180 10.6 / 7.9 -> 11.0 / 8.0, x200 10.4 / 8.3 -> 11.0 / 8.6, x224 11.0 / 9.0 -> 11.3 / 9.3; 14336 rows
+// alike), nor 8192 rows (31 warps an SM: x136 6.8 / 4.0 -> 7.0 / 4.3, x160 7.0 / 4.2 -> 7.2 / 4.6). 44 lies between
+// the 31 warps that lost and the 46.5 (12288 rows) that won; the online algorithm's rows follow untimed.
+constexpr int64_t kHalfTeamFp32ShortMaxVecs = 40;
+constexpr int64_t kHalfTeamFp32ShortMinWarpsPerSm = 44;
 template <typename T> bool half_team_rows(const SoftmaxProblem& p, const RowsShape& s, int64_t row_vecs) {
   const int64_t min_vecs = sizeof(T) == 2 ? 17 : sizeof(T) == 4 ? kHalfTeamFp32MinVecs : 65;
+  const bool short_fp32 = sizeof(T) == 4 && row_vecs <= kHalfTeamFp32ShortMaxVecs;
+  const int64_t min_warps = short_fp32 ? kHalfTeamFp32ShortMinWarpsPerSm : kHalfTeamMinWarpsPerSm;
   return s.aligned && p.output != SoftmaxOutput::LogSumExp && row_vecs >= min_vecs && row_vecs <= 64 &&
          8 * row_vecs <= 7 * next_pow2(row_vecs) &&
-         s.rows * wide_team_lanes(row_vecs) >= int64_t(32) * kHalfTeamMinWarpsPerSm * s.sms;
+         s.rows * wide_team_lanes(row_vecs) >= int64_t(32) * min_warps * s.sms;
 }
 
 // Aligned 16-bit softmax and log_softmax rows under the max-then-sum reduction (auto or safe): the rows whose block

@@ -358,20 +358,28 @@ template <typename T> __device__ __forceinline__ T neg_inf_scalar() {
 }
 
 __device__ __forceinline__ uint4 load16(const void* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
-// One 16-byte store of a packed vector of T. For 16-bit T, NVVM split the plain uint4 assignment into four
-// 32-bit stores (PTX st.global.u32: every vector but the first of the warp kernel, all of the block
-// kernel's), costing the bf16 / fp16 warp kernel 2-5 % of its kernel time on the H100 (s15); inline PTX
-// keeps them one vector store. Other types keep the plain assignment: fp32 compiles to one vector store
-// already, and the PTX form slowed the fp32 pipelined kernel's store pass (1024x32768: 101 -> 115 us, s15).
-// (fp64 is still split into 64- and 32-bit stores; not measured.)
+// One 16-byte store of a packed vector of T, as inline PTX. NVVM splits a plain uint4 assignment into four 32-bit
+// stores (st.global.u32 / .f32) in these kernels, why is not known (uint4 is declared 16-byte aligned): every vector
+// but the first of the warp kernel's groups and all of the block kernel's. For 16-bit T that cost the warp kernel 2-5 %
+// of its time on the H100 (s15); fp32 was thought to compile to one vector store, but nvcc 13.0 splits it alike (s93,
+// local SASS of softmax_rows.cu for sm_90a: the aligned fp32 warp kernel at 8 vectors a lane had 1 vector store and 28
+// scalar ones, the block kernel at 8 vectors 1 and 41), and ncu read 12.8 of every 32 bytes a sector used a thread on
+// its stores at fp32 65536x128. As one vector store, fp32 rows on the warp and block kernels ran 1-2 % faster on the
+// H200 (s94 call 1, auto, us cold, two rounds: 4096x4096 34.6 / 34.7 -> 33.9 / 34.1, 32768x2000 127.9 / 128.1 -> 126.6
+// / 126.9, forced block kernel 8192x10240 169.6 -> 166.0; 65536x128 level, 19.4 / 19.0 -> 19.0 / 19.1). fp64 (two
+// doubles a vector; split into 64- and 32-bit stores before) is not timed.
+// The "memory" clobber keeps the block kernel's shared-vector reads (softmax_rows.cuh, the s_chunk loop) behind each
+// store, as it did for 16-bit T already; fp32 takes shared vectors only in forced plans on sm_90.
 template <typename T> __device__ __forceinline__ void store16(T* p, uint4 v) {
-  if constexpr (sizeof(T) == 2) {
-    asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
-                 : "memory");
-  } else {
-    *reinterpret_cast<uint4*>(p) = v;
-  }
+  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+               : "memory");
 }
+// The plain assignment, which NVVM may split (above): the pipelined kernel's fp32 and fp64 store pass keeps it, since
+// the PTX form slowed that pass on the H100 (fp32 1024x32768: 101 -> 115 us, s15) and again on the H200 (s94 call 1,
+// forced kind=pipe, us cold: 1024x32768 92.8 -> 106.0, 128x262144 109.2 -> 117.7, 4096x16384 189.9 -> 220.0), though
+// nvcc 13.0 gives that pass 8 vector stores with it where it gives 71 scalar ones and no vector store without it (s93,
+// local sm_90a SASS; the same with or without the clobber). Why the scalar stores win there is not known.
+__device__ __forceinline__ void store16_plain(void* p, uint4 v) { *reinterpret_cast<uint4*>(p) = v; }
 // st.global.cs: the line is cached evict-first in L2.
 __device__ __forceinline__ void store16_streaming(void* p, uint4 v) { __stcs(reinterpret_cast<uint4*>(p), v); }
 

@@ -250,7 +250,7 @@ __device__ __forceinline__ void store_item(T* y, const uint4* ring, int base, in
     if constexpr (sizeof(T) == 2 || kEvictFirst) {
       store16_streaming(y + static_cast<int64_t>(v) * kVec, VecIO<T>::pack(w));
     } else {
-      store16(y + static_cast<int64_t>(v) * kVec, VecIO<T>::pack(w));
+      store16_plain(y + static_cast<int64_t>(v) * kVec, VecIO<T>::pack(w));
     }
   }
   if (t == 0 && (iv.head_edge() || iv.tail_edge())) {

@@ -368,8 +368,10 @@ __device__ __forceinline__ uint4 load16(const void* p) { return __ldg(reinterpre
 // H200 (s94 call 1, auto, us cold, two rounds: 4096x4096 34.6 / 34.7 -> 33.9 / 34.1, 32768x2000 127.9 / 128.1 -> 126.6
 // / 126.9, forced block kernel 8192x10240 169.6 -> 166.0; 65536x128 level, 19.4 / 19.0 -> 19.0 / 19.1). fp64 (two
 // doubles a vector; split into 64- and 32-bit stores before) is not timed.
-// The "memory" clobber keeps the block kernel's shared-vector reads (softmax_rows.cuh, the s_chunk loop) behind each
-// store, as it did for 16-bit T already; fp32 takes shared vectors only in forced plans on sm_90.
+// The "memory" clobber binds NVVM only: ptxas still issues shared-memory reads ahead of global stores (s94, local sm_90a
+// SASS: the dual kernel's ring store pass loads its group's four vectors before its four stores), and the block
+// kernel's shared-vector loop (softmax_rows.cuh, s_chunk; fp32 takes it only in forced plans on sm_90) lost nothing
+// under it (above: 8192x10240).
 template <typename T> __device__ __forceinline__ void store16(T* p, uint4 v) {
   asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
                : "memory");

@@ -1080,7 +1080,7 @@ def test_grid_softmax_routing_cuda():
 def test_half_team_routing_cuda():
     # Where "auto" runs aligned 16-bit softmax and log_softmax rows on half the lanes at 4 vectors each (half_team_rows):
     # rows of 17-64 vectors that fill at most 7/8 of their teams of 2 vectors a lane, any algorithm, where the halved
-    # teams give every SM 64 warps; fp32 rows alike from 33 vectors (teams of 32 lanes), those of 33-40 vectors from 44
+    # teams give every SM 64 warps; fp32 rows alike from 33 vectors (teams of 32 lanes), those of 33-44 vectors from 44
     # warps an SM; not rows that fill more, rows of a power of two vectors, nor fewer rows.
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     cases = [  # rows, cols, dtype, op, offset, algorithm: lanes, vpt
@@ -1098,8 +1098,11 @@ def test_half_team_routing_cuda():
         ((128 * sms - 1, 160, "float32", "softmax", 0, "auto"), (16, 4)),
         ((88 * sms, 136, "float32", "log_softmax", 0, "auto"), (16, 4)),
         ((88 * sms - 1, 160, "float32", "softmax", 0, "auto"), (32, 2)),
-        ((128 * sms - 1, 164, "float32", "softmax", 0, "auto"), (32, 2)),
-        ((128 * sms, 164, "float32", "softmax", 0, "auto"), (16, 4))]
+        ((128 * sms - 1, 164, "float32", "softmax", 0, "auto"), (16, 4)),
+        ((88 * sms - 1, 164, "float32", "log_softmax", 0, "auto"), (32, 2)),
+        ((88 * sms, 176, "float32", "softmax", 0, "auto"), (16, 4)),
+        ((128 * sms - 1, 180, "float32", "log_softmax", 0, "auto"), (32, 2)),
+        ((128 * sms, 180, "float32", "softmax", 0, "auto"), (16, 4))]
     for (rows, cols, *_), (lanes, vpt), line in _routed_plans(cases):
         assert re.search(rf"plan: {rows}x{cols} kind=warp,lanes={lanes},vpt={vpt},.*,grid=0$", line), line
 

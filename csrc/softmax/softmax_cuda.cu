@@ -535,7 +535,15 @@ constexpr int64_t kHalfTeamFp32MinVecs = 33;
 // (16384x180 10.6 / 7.9 -> 11.0 / 8.0, x200 10.4 / 8.3 -> 11.0 / 8.6, x224 11.0 / 9.0 -> 11.3 / 9.3; 14336 rows
 // alike), nor 8192 rows (31 warps an SM: x136 6.8 / 4.0 -> 7.0 / 4.3, x160 7.0 / 4.2 -> 7.2 / 4.6). 44 lies between
 // the 31 warps that lost and the 46.5 (12288 rows) that won; the online algorithm's rows follow untimed.
-constexpr int64_t kHalfTeamFp32ShortMaxVecs = 40;
+// Rows of 41-44 vectors (164-176 elements) too since session 95: s94 call 6, two rounds through the op, auto (32 x 2
+// below the 64-warp gate) -> 16 x 4 forced, us cold / streamed (torch): softmax 13312x164 8.8-9.0 / 6.6 -> 8.4-8.5 /
+// 6.3 (9.2-9.3 / 6.8-6.9), 14336x164 9.1-9.4 / 6.9-7.0 -> 8.9-9.0 / 6.7, 15360x164 10.0-10.2 / 7.3 -> 9.8-9.9 / 7.0,
+// 16384x164 11.2-11.4 / 7.6 -> 10.8 / 7.3 (10.4-10.6 / 8.2-8.3); log_softmax 13312x164 8.7-8.8 / 6.5 -> 8.2 / 6.4-6.5
+// (8.7-8.8 / 6.3), 14336x164 9.1-9.2 / 6.8 -> 8.3 / 6.7, 15360x164 10.0-10.1 / 7.2 -> 8.9-9.1 / 6.8-6.9, 16384x164
+// 11.1-11.3 / 7.4-7.5 -> 9.8-10.0 / 7.1 (9.6-9.9 / 7.5). Rows of 45 and more stay: 16384x180 lost in s93 call 4 (above)
+// and won in s94 call 3 (one round), and 50 vectors ran level or lost softmax (16384x200 10.5-10.8 / 8.3 -> 10.7-10.9 /
+// 8.4) while log_softmax gained cold (10.7 -> 9.9-10.1). 42-44 vectors are not timed: between 41's win and 45's mix.
+constexpr int64_t kHalfTeamFp32ShortMaxVecs = 44;
 constexpr int64_t kHalfTeamFp32ShortMinWarpsPerSm = 44;
 template <typename T> bool half_team_rows(const SoftmaxProblem& p, const RowsShape& s, int64_t row_vecs) {
   const int64_t min_vecs = sizeof(T) == 2 ? 17 : sizeof(T) == 4 ? kHalfTeamFp32MinVecs : 65;

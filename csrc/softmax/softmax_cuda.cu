@@ -542,7 +542,9 @@ constexpr int64_t kHalfTeamFp32MinVecs = 33;
 // (8.7-8.8 / 6.3), 14336x164 9.1-9.2 / 6.8 -> 8.3 / 6.7, 15360x164 10.0-10.1 / 7.2 -> 8.9-9.1 / 6.8-6.9, 16384x164
 // 11.1-11.3 / 7.4-7.5 -> 9.8-10.0 / 7.1 (9.6-9.9 / 7.5). Rows of 45 and more stay: 16384x180 lost in s93 call 4 (above)
 // and won in s94 call 3 (one round), and 50 vectors ran level or lost softmax (16384x200 10.5-10.8 / 8.3 -> 10.7-10.9 /
-// 8.4) while log_softmax gained cold (10.7 -> 9.9-10.1). 42-44 vectors are not timed: between 41's win and 45's mix.
+// 8.4) while log_softmax gained cold (10.7 -> 9.9-10.1). s95 call 1 (one round, 32 x 2 forced -> auto, us cold /
+// streamed): softmax 12288x168 8.9 / 6.3 -> 8.4 / 5.8, 14336x172 9.3 / 7.1 -> 9.3 / 6.9, 16384x176 10.5 / 7.8 -> 10.2 /
+// 7.7; log_softmax 12288x168 9.1 / 6.2 -> 8.6 / 6.3, 14336x172 9.4 / 7.0 -> 8.7 / 7.0, 16384x176 10.0 / 7.8 -> 9.5 / 7.4.
 constexpr int64_t kHalfTeamFp32ShortMaxVecs = 44;
 constexpr int64_t kHalfTeamFp32ShortMinWarpsPerSm = 44;
 template <typename T> bool half_team_rows(const SoftmaxProblem& p, const RowsShape& s, int64_t row_vecs) {

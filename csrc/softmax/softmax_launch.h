@@ -104,6 +104,23 @@ template <typename T> constexpr int scalar_rows_min_blocks(int vpl) {
   const int values = vpl * RowsTraits<T>::kVec;
   return values == 16 || (sizeof(T) == 2 && values == 32) ? 4 : 3;
 }
+// Unaligned 16-bit softmax and log_softmax rows of one vector a lane, many of them: a second instantiation compiled
+// for 8 blocks an SM (<= 32 registers, where scalar_rows_min_blocks' 3 let ptxas take 37-43; local ptxas sm_90a, no
+// spills), launched where the rows give every SM at least kManyScalarRowsMinBlocksPerSm blocks. Twice the resident
+// warps pay only over several waves: H200, s95 call 2, us cold / streamed, 3 -> 8 blocks an SM for every launch, two
+// rounds (torch beside): bf16 log_softmax 65536x61 (8 lanes, 15.5 blocks an SM) 12.8-13.0 / 9.3 -> 12.3 / 8.7 (12.7 /
+// 9.9-10.0), 131072x61 18.8-18.9 / 16.2 -> 18.1 / 15.2-15.3, 65536x33 10.5-10.7 / 7.6 -> 10.6 / 7.2, softmax 131072x61
+// 18.2-18.3 / 15.5 -> 18.3 / 15.2, fp16 alike; but with fewer blocks a tenth to a fifth slower streamed: log_softmax
+// 65536x13 (4 lanes, 7.75 blocks an SM) 4.0 -> 4.2, 16384x61 3.4 -> 3.5, 4097x97 2.8 -> 3.0, 1025x127 2.3 -> 2.8-2.9,
+// softmax 4097x97 2.5 -> 3.0, 2049x201 2.6 -> 3.1. Not fp32: there 65536x61 (8 lanes, 2 vectors, 15.5 blocks an SM)
+// lost under the same bound while 65536x97 (31) gained (s94 call 5, branch s94-scalar-occupancy). Gated (s95 call 3,
+// one round against main's build, us cold / streamed): log_softmax bf16 65536x61 12.6 / 9.2 -> 12.4 / 8.7, 131072x61
+// 18.7 / 16.0 -> 18.2 / 15.1, 65536x33 10.4 / 7.5 -> 10.6 / 7.2, 131072x13 10.1 / 7.0 -> 10.2 / 6.8, fp16 65536x61
+// 12.8 / 9.2 -> 12.3 / 8.6; softmax bf16 131072x61 18.1 / 15.5 -> 18.2 / 15.1; 4097x97, 2049x201, 1025x127 level
+// streamed (the same kernel as before).
+constexpr int kManyScalarRowsMinBlocks = 8;
+constexpr int64_t kManyScalarRowsMinBlocksPerSm = 12;
+template <typename T> constexpr bool many_scalar_rows_compiled(int vpl) { return sizeof(T) == 2 && vpl == 1; }
 // Blocks per SM that the warp kernels for logsumexp of unaligned rows on the memory's grid are compiled for, set by
 // the 16-bit 8-vector one (ShiftedRawLoads): 4 (<= 64 registers, no spills, local ptxas, s83); unbounded it took
 // 79-80, and at 5 (<= 48) it spilled 12 bytes. The fp32 ones fit too, and the folded ones of both (at most 64, no
@@ -208,8 +225,10 @@ template <typename T> struct ColumnsParams {
 // on_grid: unaligned rows held on the memory's grid (lse_rows_on_grid, or softmax and log_softmax under a plan's
 // grid=1; the team holds the row's own vectors); fold: some row's shift can take it one granule past the team's slots
 // (FoldedGranule).
+// many_rows: the rows give every SM kManyScalarRowsMinBlocksPerSm blocks (the launcher takes the instantiation of
+// many_scalar_rows_compiled there, where it exists).
 template <typename T> void launch_warp_rows(const RowsParams<T>& p, int vpl, bool aligned, bool on_grid, bool fold,
-                                            int grid, cudaStream_t stream);
+                                            bool many_rows, int grid, cudaStream_t stream);
 // Cooperative when p.chunks > 1: then every block must be co-resident (grid <= resident capacity).
 template <typename T> void launch_block_rows(const RowsParams<T>& p, int vpt, bool aligned, int threads,
                                              int grid, cudaStream_t stream);

@@ -1,7 +1,8 @@
 // Launchers of the row-cached kernels: map (vectors per thread, aligned) onto the compiled instantiations.
 // Instantiated per dtype: warp kernel for 1, 2, 4 (and 8 where RowsTraits allows, and for logsumexp of 16-bit rows,
 // aligned and on the memory's grid: kLseWarpMaxVpl) vectors per lane (logsumexp of unaligned 16-bit and fp32 rows on
-// the memory's grid too: lse_rows_on_grid), block
+// the memory's grid too: lse_rows_on_grid; 16-bit softmax and log_softmax of unaligned rows at 1 vector twice, once
+// bound for many rows: many_scalar_rows_compiled), block
 // kernel for RowsTraits' small and large vectors per thread, each aligned and scalar (and at the large size the
 // block kernel fixed to logsumexp, kLse).
 #include <type_traits>
@@ -90,12 +91,33 @@ template <typename T, int kVpl> RowsKernel<T> pair_kernel(FixedRows fixed) {
   }
 }
 
+// Softmax and log_softmax of many unaligned rows (many_scalar_rows_compiled), element-wise or in pairs: the
+// instantiation bound to kManyScalarRowsMinBlocks. nullptr for the other outputs (online rows keep the general one).
+template <typename T, int kVpl> RowsKernel<T> many_rows_kernel(FixedRows fixed, bool pairs) {
+  constexpr FixedRows kSoftmax = FixedRows::SafeSoftmax, kLog = FixedRows::SafeLogSoftmax;
+  constexpr GridRows kOff = GridRows::Off;
+  if (fixed == kSoftmax) {
+    return pairs ? softmax_warp_rows_kernel<T, kVpl, false, kSoftmax, true, kOff, true>
+                 : softmax_warp_rows_kernel<T, kVpl, false, kSoftmax, false, kOff, true>;
+  }
+  if (fixed == kLog) {
+    return pairs ? softmax_warp_rows_kernel<T, kVpl, false, kLog, true, kOff, true>
+                 : softmax_warp_rows_kernel<T, kVpl, false, kLog, false, kOff, true>;
+  }
+  return nullptr;
+}
+
 template <typename T, int kVpl>
-RowsKernel<T> warp_kernel(bool aligned, bool pairs, FixedRows fixed, bool on_grid, bool fold) {
+RowsKernel<T> warp_kernel(bool aligned, bool pairs, FixedRows fixed, bool on_grid, bool fold, bool many_rows) {
   if constexpr (kVpl <= RowsTraits<T>::kMaxVpt) {
     if (aligned) return warp_kernel_of<T, kVpl, true>(fixed, false);
     if (on_grid && (fixed == FixedRows::SafeSoftmax || fixed == FixedRows::SafeLogSoftmax)) {
       return grid_softmax_kernel<T, kVpl>(fixed);
+    }
+    if constexpr (many_scalar_rows_compiled<T>(kVpl)) {
+      if (many_rows && !on_grid) {
+        if (const RowsKernel<T> k = many_rows_kernel<T, kVpl>(fixed, pairs)) return k;
+      }
     }
     if (pairs) return pair_kernel<T, kVpl>(fixed);
     if constexpr (scalar_rows_general_only<T>(kVpl)) {
@@ -123,13 +145,14 @@ RowsKernel<T> warp_kernel(bool aligned, bool pairs, FixedRows fixed, bool on_gri
 }
 
 template <typename T>
-RowsKernel<T> select_warp_kernel(int vpl, bool aligned, bool pairs, FixedRows fixed, bool on_grid, bool fold) {
+RowsKernel<T> select_warp_kernel(int vpl, bool aligned, bool pairs, FixedRows fixed, bool on_grid, bool fold,
+                                 bool many_rows) {
   RowsKernel<T> k = nullptr;
   switch (vpl) {
-    case 1: k = warp_kernel<T, 1>(aligned, pairs, fixed, on_grid, fold); break;
-    case 2: k = warp_kernel<T, 2>(aligned, pairs, fixed, on_grid, fold); break;
-    case 4: k = warp_kernel<T, 4>(aligned, pairs, fixed, on_grid, fold); break;
-    case 8: k = warp_kernel<T, 8>(aligned, pairs, fixed, on_grid, fold); break;
+    case 1: k = warp_kernel<T, 1>(aligned, pairs, fixed, on_grid, fold, many_rows); break;
+    case 2: k = warp_kernel<T, 2>(aligned, pairs, fixed, on_grid, fold, many_rows); break;
+    case 4: k = warp_kernel<T, 4>(aligned, pairs, fixed, on_grid, fold, many_rows); break;
+    case 8: k = warp_kernel<T, 8>(aligned, pairs, fixed, on_grid, fold, many_rows); break;
     default: break;
   }
   TORCH_CHECK(k != nullptr, "flash_attn_ext softmax: no warp-per-row kernel for ", vpl, " vectors per lane");
@@ -156,7 +179,7 @@ template <typename T> RowsKernel<T> select_block_kernel(int vpt, bool aligned, b
 }  // namespace
 
 template <typename T>
-void launch_warp_rows(const RowsParams<T>& p, int vpl, bool aligned, bool on_grid, bool fold, int grid,
+void launch_warp_rows(const RowsParams<T>& p, int vpl, bool aligned, bool on_grid, bool fold, bool many_rows, int grid,
                       cudaStream_t stream) {
   // logsumexp: unaligned rows held element-wise take the general instantiation.
   const bool fixed_lse = aligned || on_grid;
@@ -172,8 +195,8 @@ void launch_warp_rows(const RowsParams<T>& p, int vpl, bool aligned, bool on_gri
   const bool pairs = !aligned && !on_grid && fixed != FixedRows::General && fixed != FixedRows::SafeLogSumExp &&
                      pair_rows_pay<T>(vpl, fixed == FixedRows::SafeLogSoftmax) &&
                      pair_shift(p.x) == pair_shift(p.y) && held >= p.len + (p.len % 2 == 1 ? 1 : pair_shift(p.x));
-  launch_kernel(select_warp_kernel<T>(vpl, aligned, pairs, fixed, on_grid, fold), grid, kWarpRowsThreads, 0, stream,
-                LaunchKind::Plain, p);
+  launch_kernel(select_warp_kernel<T>(vpl, aligned, pairs, fixed, on_grid, fold, many_rows), grid, kWarpRowsThreads, 0,
+                stream, LaunchKind::Plain, p);
 }
 
 template <typename T> int block_rows_blocks_per_sm(int vpt, bool aligned, int threads, size_t smem_bytes) {
@@ -191,7 +214,7 @@ void launch_block_rows(const RowsParams<T>& p, int vpt, bool aligned, int thread
 }
 
 #define FAE_INSTANTIATE_ROWS(T)                                                                              \
-  template void launch_warp_rows<T>(const RowsParams<T>&, int, bool, bool, bool, int, cudaStream_t);         \
+  template void launch_warp_rows<T>(const RowsParams<T>&, int, bool, bool, bool, bool, int, cudaStream_t);   \
   template int block_rows_blocks_per_sm<T>(int, bool, int, size_t);                                          \
   template void launch_block_rows<T>(const RowsParams<T>&, int, bool, int, int, cudaStream_t);
 FAE_INSTANTIATE_ROWS(float)

@@ -83,10 +83,12 @@ enum class FixedRows { General, SafeSoftmax, SafeLogSoftmax, SafeLogSumExp };
 // (lse_rows_on_grid); softmax and log_softmax of 16-bit rows take Folded under a plan's grid=1, whether the fold is
 // needed or not (softmax_launch.h's grid_softmax_compiled; heuristic_plan's grid_softmax_rows says where).
 enum class GridRows { Off, Grid, Folded };
+// kMany: the same code under kManyScalarRowsMinBlocks' bound (many_scalar_rows_compiled; launched for many rows).
 template <typename T, int kVpl, bool kAligned, FixedRows kFixed = FixedRows::General, bool kPairs = false,
-          GridRows kGrid = GridRows::Off>
+          GridRows kGrid = GridRows::Off, bool kMany = false>
 __global__ void __launch_bounds__(kWarpRowsThreads, kAligned                   ? 0
                                                    : kGrid != GridRows::Off ? kShiftedLseMinBlocks
+                                                   : kMany                  ? kManyScalarRowsMinBlocks
                                                                              : scalar_rows_min_blocks<T>(kVpl))
     softmax_warp_rows_kernel(const RowsParams<T> p) {
   begin_dependent_grid();

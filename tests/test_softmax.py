@@ -278,7 +278,7 @@ def test_many_short_unaligned_rows_cuda(dtype, offset):
     # Enough unaligned 16-bit rows of one vector a lane to give every SM kManyScalarRowsMinBlocksPerSm (12) blocks of
     # 256 threads: softmax and log_softmax take the instantiation bound for many rows (many_scalar_rows_compiled), as
     # element pairs at offset 0 (the output's pairs on the input's) and element-wise at offset 1. Rows of 13 elements
-    # run on teams of 4 lanes (64 rows a block), rows of 61 on 8 (32 rows a block); one row more than the gate asks for.
+    # run on teams of 4 lanes (64 rows a block), rows of 61 on 8 (32 rows a block); the gate's blocks plus one row.
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     for rows, length in ((12 * sms * 64 + 1, 13), (12 * sms * 32 + 1, 61)):
         x = make_input((rows * length + offset,), dtype, "cuda")[offset:].view(rows, length)

@@ -243,6 +243,17 @@ def test_whole_rows_head_and_tail_cuda(dtype):
     check_against_reference(fae.logsumexp(x, -1), logsumexp_ref(x, -1), torch.logsumexp(x, -1), dtype, "logsumexp")
 
 
+def check_rows_at_offset(device, dtype, rows, length, offset, ops):
+    """ops (of ROW_AND_LSE_OPS) on a (rows, length) input whose base lies `offset` elements past an aligned address,
+    each output poisoned first, against the fp64 reference."""
+    x = make_input((rows * length + offset,), dtype, device)[offset:].view(rows, length)
+    assert x.data_ptr() % 16 == offset * x.element_size() % 16
+    for op, ref_fn, torch_fn in ops:
+        poison(device, rows * (1 if op is fae.logsumexp else length) * x.element_size())
+        check_against_reference(op(x, -1), ref_fn(x, -1), torch_fn(x, -1), dtype,
+                                f"{op.__name__} {rows}x{length} at +{offset}")
+
+
 @pytest.mark.cuda
 @requires_cuda
 @pytest.mark.parametrize("offset", [0, 1, 2, 3])
@@ -262,12 +273,7 @@ def test_unaligned_rows_cuda(dtype, offset):
     # ring pieces (3 x 3_000_001). The forced configurations (test_forced_configs_cuda) run it on small shapes too.
     for rows, length in ((33, 7), (65, 100), (3001, 127), (1001, 255), (77, 383), (129, 1023), (17, 1025), (9, 4097),
                          (40, 10007), (5, 4096), (3, 40_003), (2, 100_000), (440, 20_001), (3, 3_000_001)):
-        x = make_input((rows * length + offset,), dtype, "cuda")[offset:].view(rows, length)
-        assert x.data_ptr() % 16 == offset * x.element_size() % 16
-        for op, ref_fn, torch_fn in ROW_AND_LSE_OPS:
-            poison("cuda", rows * (1 if op is fae.logsumexp else length) * x.element_size())
-            check_against_reference(op(x, -1), ref_fn(x, -1), torch_fn(x, -1), dtype,
-                                    f"{op.__name__} {rows}x{length} at +{offset}")
+        check_rows_at_offset("cuda", dtype, rows, length, offset, ROW_AND_LSE_OPS)
 
 
 @pytest.mark.cuda
@@ -281,11 +287,7 @@ def test_many_short_unaligned_rows_cuda(dtype, offset):
     # run on teams of 4 lanes (64 rows a block), rows of 61 on 8 (32 rows a block); the gate's blocks plus one row.
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     for rows, length in ((12 * sms * 64 + 1, 13), (12 * sms * 32 + 1, 61)):
-        x = make_input((rows * length + offset,), dtype, "cuda")[offset:].view(rows, length)
-        for op, ref_fn, torch_fn in ROW_OPS:
-            poison("cuda", rows * length * x.element_size())
-            check_against_reference(op(x, -1), ref_fn(x, -1), torch_fn(x, -1), dtype,
-                                    f"{op.__name__} {rows}x{length} at +{offset}")
+        check_rows_at_offset("cuda", dtype, rows, length, offset, ROW_OPS)
 
 
 @pytest.mark.parametrize("keepdim", [False, True])

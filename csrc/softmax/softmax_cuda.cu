@@ -1051,7 +1051,7 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
     while ((1 << rp.lanes_log2) < plan.lanes) ++rp.lanes_log2;
     const bool fold = on_grid && s.nv > int64_t(plan.lanes) * plan.vpt;  // s.nv: the most granules a row spans
     const int64_t blocks = ceil_div(s.rows, kWarpRowsThreads / plan.lanes);
-    const bool many_rows = blocks >= kManyScalarRowsMinBlocksPerSm * s.sms;
+    const bool many_rows = many_scalar_rows<T>(blocks, s.sms, plan.lanes);
     launch_warp_rows<T>(rp, plan.vpt, s.aligned, on_grid, fold, many_rows, capped_grid(blocks), stream);
     return;
   }

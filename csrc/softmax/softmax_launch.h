@@ -112,15 +112,33 @@ template <typename T> constexpr int scalar_rows_min_blocks(int vpl) {
 // 9.9-10.0), 131072x61 18.8-18.9 / 16.2 -> 18.1 / 15.2-15.3, 65536x33 10.5-10.7 / 7.6 -> 10.6 / 7.2, softmax 131072x61
 // 18.2-18.3 / 15.5 -> 18.3 / 15.2, fp16 alike; but with fewer blocks a tenth to a fifth slower streamed: log_softmax
 // 65536x13 (4 lanes, 7.75 blocks an SM) 4.0 -> 4.2, 16384x61 3.4 -> 3.5, 4097x97 2.8 -> 3.0, 1025x127 2.3 -> 2.8-2.9,
-// softmax 4097x97 2.5 -> 3.0, 2049x201 2.6 -> 3.1. Not fp32: there 65536x61 (8 lanes, 2 vectors, 15.5 blocks an SM)
+// softmax 4097x97 2.5 -> 3.0, 2049x201 2.6 -> 3.1. In fp32 (below) 65536x61 (8 lanes, 2 vectors, 15.5 blocks an SM)
 // lost under the same bound while 65536x97 (31) gained (s94 call 5, branch s94-scalar-occupancy). Gated (s95 call 3,
 // one round against main's build, us cold / streamed): log_softmax bf16 65536x61 12.6 / 9.2 -> 12.4 / 8.7, 131072x61
 // 18.7 / 16.0 -> 18.2 / 15.1, 65536x33 10.4 / 7.5 -> 10.6 / 7.2, 131072x13 10.1 / 7.0 -> 10.2 / 6.8, fp16 65536x61
 // 12.8 / 9.2 -> 12.3 / 8.6; softmax bf16 131072x61 18.1 / 15.5 -> 18.2 / 15.1; 4097x97, 2049x201, 1025x127 level
 // streamed (the same kernel as before).
+// fp32 log_softmax at 2 vectors a lane takes the bound too (39 -> 32 registers), from kManyFp32ScalarRowsMinBlocksPerSm
+// blocks an SM and on teams of >= kManyFp32ScalarRowsMinLanes lanes: s95 call 4, H200, us cold / streamed, main ->
+// bound from 24 blocks an SM whatever the team, two rounds (torch): 65536x97 (16 lanes) 19.0-19.1 / 17.1 -> 18.9 /
+// 16.5 (17.4-17.6 / 15.4-15.5), 65536x101 19.4-19.6 / 17.3 -> 19.3-19.4 / 16.7, 32768x201 (32 lanes) 19.5-19.7 /
+// 17.5-17.6 -> 19.5 / 16.9-17.0, 131072x97 33.7 / 32.1-32.3 -> 33.4 / 30.9; but 131072x61 (8 lanes, 4 rows a warp)
+// lost, 20.8-21.0 / 19.0-19.1 -> 21.5 / 19.5 (65536x61 alike in s94 call 5). The same SASS runs on every team width
+// (lanes are a run-time value), so the loss is the memory side's: not understood yet. fp32 softmax there has no
+// such instantiation (its 16- and 32-lane rows were level under the bound, s94 call 5).
 constexpr int kManyScalarRowsMinBlocks = 8;
 constexpr int64_t kManyScalarRowsMinBlocksPerSm = 12;
-template <typename T> constexpr bool many_scalar_rows_compiled(int vpl) { return sizeof(T) == 2 && vpl == 1; }
+constexpr int64_t kManyFp32ScalarRowsMinBlocksPerSm = 24;
+constexpr int kManyFp32ScalarRowsMinLanes = 16;
+template <typename T> constexpr bool many_scalar_rows_compiled(int vpl, bool log_softmax) {
+  return sizeof(T) == 2 ? vpl == 1 : sizeof(T) == 4 && vpl == 2 && log_softmax;
+}
+// Whether a launch of `blocks` blocks of teams of `lanes` lanes counts as many rows (the kMany instantiation, where
+// many_scalar_rows_compiled has one).
+template <typename T> constexpr bool many_scalar_rows(int64_t blocks, int64_t sms, int lanes) {
+  return sizeof(T) == 2 ? blocks >= kManyScalarRowsMinBlocksPerSm * sms
+                        : lanes >= kManyFp32ScalarRowsMinLanes && blocks >= kManyFp32ScalarRowsMinBlocksPerSm * sms;
+}
 // Blocks per SM that the warp kernels for logsumexp of unaligned rows on the memory's grid are compiled for, set by
 // the 16-bit 8-vector one (ShiftedRawLoads): 4 (<= 64 registers, no spills, local ptxas, s83); unbounded it took
 // 79-80, and at 5 (<= 48) it spilled 12 bytes. The fp32 ones fit too, and the folded ones of both (at most 64, no
@@ -225,8 +243,8 @@ template <typename T> struct ColumnsParams {
 // on_grid: unaligned rows held on the memory's grid (lse_rows_on_grid, or softmax and log_softmax under a plan's
 // grid=1; the team holds the row's own vectors); fold: some row's shift can take it one granule past the team's slots
 // (FoldedGranule).
-// many_rows: the rows give every SM kManyScalarRowsMinBlocksPerSm blocks (the launcher takes the instantiation of
-// many_scalar_rows_compiled there, where it exists).
+// many_rows: many_scalar_rows holds for the launch (the launcher takes the instantiation of many_scalar_rows_compiled
+// there, where it exists).
 template <typename T> void launch_warp_rows(const RowsParams<T>& p, int vpl, bool aligned, bool on_grid, bool fold,
                                             bool many_rows, int grid, cudaStream_t stream);
 // Cooperative when p.chunks > 1: then every block must be co-resident (grid <= resident capacity).

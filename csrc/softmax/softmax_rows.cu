@@ -1,8 +1,8 @@
 // Launchers of the row-cached kernels: map (vectors per thread, aligned) onto the compiled instantiations.
 // Instantiated per dtype: warp kernel for 1, 2, 4 (and 8 where RowsTraits allows, and for logsumexp of 16-bit rows,
 // aligned and on the memory's grid: kLseWarpMaxVpl) vectors per lane (logsumexp of unaligned 16-bit and fp32 rows on
-// the memory's grid too: lse_rows_on_grid; 16-bit softmax and log_softmax of unaligned rows at 1 vector twice, once
-// bound for many rows: many_scalar_rows_compiled), block
+// the memory's grid too: lse_rows_on_grid; 16-bit softmax and log_softmax of unaligned rows at 1 vector and fp32
+// log_softmax at 2 twice, once bound for many rows: many_scalar_rows_compiled), block
 // kernel for RowsTraits' small and large vectors per thread, each aligned and scalar (and at the large size the
 // block kernel fixed to logsumexp, kLse).
 #include <type_traits>
@@ -91,18 +91,22 @@ template <typename T, int kVpl> RowsKernel<T> pair_kernel(FixedRows fixed) {
   }
 }
 
-// Softmax and log_softmax of many unaligned rows (many_scalar_rows_compiled), element-wise or in pairs: the
-// instantiation bound to kManyScalarRowsMinBlocks. nullptr for the other outputs (online rows keep the general one).
+// Softmax and log_softmax of many unaligned rows (many_scalar_rows_compiled), element-wise or in pairs where pairs
+// paid: the instantiation bound to kManyScalarRowsMinBlocks. nullptr for the other outputs and where none is compiled.
 template <typename T, int kVpl> RowsKernel<T> many_rows_kernel(FixedRows fixed, bool pairs) {
   constexpr FixedRows kSoftmax = FixedRows::SafeSoftmax, kLog = FixedRows::SafeLogSoftmax;
   constexpr GridRows kOff = GridRows::Off;
-  if (fixed == kSoftmax) {
-    return pairs ? softmax_warp_rows_kernel<T, kVpl, false, kSoftmax, true, kOff, true>
-                 : softmax_warp_rows_kernel<T, kVpl, false, kSoftmax, false, kOff, true>;
+  if constexpr (many_scalar_rows_compiled<T>(kVpl, false)) {
+    if (fixed == kSoftmax && pairs && pair_rows_pay<T>(kVpl, false)) {
+      return softmax_warp_rows_kernel<T, kVpl, false, kSoftmax, pair_rows_pay<T>(kVpl, false), kOff, true>;
+    }
+    if (fixed == kSoftmax && !pairs) return softmax_warp_rows_kernel<T, kVpl, false, kSoftmax, false, kOff, true>;
   }
-  if (fixed == kLog) {
-    return pairs ? softmax_warp_rows_kernel<T, kVpl, false, kLog, true, kOff, true>
-                 : softmax_warp_rows_kernel<T, kVpl, false, kLog, false, kOff, true>;
+  if constexpr (many_scalar_rows_compiled<T>(kVpl, true)) {
+    if (fixed == kLog && pairs && pair_rows_pay<T>(kVpl, true)) {
+      return softmax_warp_rows_kernel<T, kVpl, false, kLog, pair_rows_pay<T>(kVpl, true), kOff, true>;
+    }
+    if (fixed == kLog && !pairs) return softmax_warp_rows_kernel<T, kVpl, false, kLog, false, kOff, true>;
   }
   return nullptr;
 }
@@ -114,7 +118,7 @@ RowsKernel<T> warp_kernel(bool aligned, bool pairs, FixedRows fixed, bool on_gri
     if (on_grid && (fixed == FixedRows::SafeSoftmax || fixed == FixedRows::SafeLogSoftmax)) {
       return grid_softmax_kernel<T, kVpl>(fixed);
     }
-    if constexpr (many_scalar_rows_compiled<T>(kVpl)) {
+    if constexpr (many_scalar_rows_compiled<T>(kVpl, false) || many_scalar_rows_compiled<T>(kVpl, true)) {
       if (many_rows && !on_grid) {
         if (const RowsKernel<T> k = many_rows_kernel<T, kVpl>(fixed, pairs)) return k;
       }

@@ -385,6 +385,26 @@ __device__ __forceinline__ void store16_plain(void* p, uint4 v) { *reinterpret_c
 // st.global.cs: the line is cached evict-first in L2.
 __device__ __forceinline__ void store16_streaming(void* p, uint4 v) { __stcs(reinterpret_cast<uint4*>(p), v); }
 
+// p as a value the compiler cannot see through. The scalar groups below step a held pointer by the team's width from
+// element to element (a 64-bit add, 2 instructions): with the pointer visible, ptxas re-derived every element's
+// address from the kernel's parameters (the base reloaded from the constant bank, the row offset, the lane and the
+// element's offset added in 64 bits, then scaled: 5 instructions) to stay under the warp kernels' register bounds,
+// and those kernels are issue-bound (ncu, H200, s96 call 1: fp32 log_softmax 65536x97 issues 0.82 warp instructions
+// a cycle per scheduler, as torch's kernel does, but 1.3x as many). sm_90a SASS, fp32 log_softmax at 2 vectors a lane
+// 360 -> 304 instructions (its many-rows instantiation 360 -> 312, still 32 registers), bf16 softmax at 1 vector
+// 584 -> 288, bf16 online softmax at 4 vectors 2152 -> 1896 and its 16 bytes of spills gone; a few kernels took more
+// registers (fp32 softmax at 2 vectors 32 -> 39, log_softmax 39 -> 46) and none lost. H200, s96 call 2, us cold /
+// streamed, two rounds (torch): fp32 log_softmax 65536x97 19.0 / 16.5 -> 16.9-17.1 / 15.2 (17.4 / 15.5), 32768x201
+// 19.7 / 17.0 -> 17.5-17.8 / 15.6 (16.4 / 15.5), 65536x29 9.9 / 6.8 -> 8.6-8.8 / 5.9, 131072x61 20.6 / 19.0 ->
+// 19.8 / 18.6, 32768x383 28.8-29.0 / 27.5 -> 27.5 / 26.3; softmax 65536x97 19.3-19.5 / 16.4 -> 17.5 / 15.7 (18.3 /
+// 16.9), 32768x201 19.3-19.5 / 16.7 -> 17.2 / 16.0, 65536x29 10.9 / 8.3 -> 10.5 / 7.1; online fp32 16384x1023
+// 38.0 / 39.0 -> 35.4-35.8 / 36.5, bf16 16384x1023 35.1 / 32.0 -> 30.6 / 28.7, bf16 65536x127 24.2 / 20.1 -> 22.0 /
+// 18.3. The asm hides the global address space too: stores go through __stwb (st.global).
+template <typename P> __device__ __forceinline__ P* held_pointer(P* p) {
+  asm("" : "+l"(p));
+  return p;
+}
+
 // A "group" is what one thread of a team of nt threads holds of a row, starting at element `first`:
 //  aligned: vector s of thread t is the 16-byte vector at element first + (s * nt + t) * kVec, so the team
 //           reads contiguous 16-byte vectors (requires first and len multiples of kVec, 16-byte aligned row);
@@ -477,13 +497,14 @@ __device__ __forceinline__ void load_group(const T* row, int64_t len, int64_t fi
   } else {
     const int64_t base = first + t;
     const int rem = remaining(len, base);
-    const T* ptr = row + base;
+    const T* ptr = held_pointer(row + base);
 #pragma unroll
     for (int s = 0; s < kN; ++s)
 #pragma unroll
       for (int j = 0; j < kVec; ++j) {
         const int off = (s * kVec + j) * nt;
-        v[s][j] = off < rem ? to_acc(__ldg(ptr + off)) : neg_inf<A>();
+        v[s][j] = off < rem ? to_acc(__ldg(ptr)) : neg_inf<A>();
+        ptr = held_pointer(ptr + nt);
       }
   }
 }
@@ -505,14 +526,15 @@ __device__ __forceinline__ void store_group(T* row, int64_t len, int64_t first, 
   } else {
     const int64_t base = first + t;
     const int rem = remaining(len, base);
-    T* ptr = row + base;
+    T* ptr = held_pointer(row + base);
 #pragma unroll
     for (int s = 0; s < kN; ++s) {
       if (s >= live) break;
 #pragma unroll
       for (int j = 0; j < kVec; ++j) {
         const int off = (s * kVec + j) * nt;
-        if (off < rem) ptr[off] = from_acc<T>(v[s][j]);
+        if (off < rem) __stwb(ptr, from_acc<T>(v[s][j]));  // st.global (held_pointer)
+        ptr = held_pointer(ptr + nt);
       }
     }
   }

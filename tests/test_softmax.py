@@ -294,11 +294,12 @@ def test_many_short_unaligned_rows_cuda(dtype, offset):
 @requires_cuda
 def test_many_short_unaligned_fp32_rows_cuda():
     # fp32 log_softmax of unaligned rows at 2 vectors a lane takes the instantiation bound for many rows where teams of
-    # >= 16 lanes give every SM >= 24 blocks (many_scalar_rows): rows of 97 on 16 lanes, of 201 on 32, the gate's
-    # blocks plus one row; rows of 61 on 8 lanes keep the general bound. The plans are what the gate reads, so each is
-    # checked before its values (in the same child process); softmax beside, at both offsets.
+    # >= 16 lanes give every SM >= kManyFp32ScalarRowsMinBlocksPerSm (6) blocks (many_scalar_rows): rows of 97 on 16
+    # lanes, of 201 on 32, the gate's blocks plus one row; rows of 61 on 8 lanes keep the general bound. The plans are
+    # what the gate reads, so each is checked before its values (in the same child process); softmax beside, at both
+    # offsets.
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    cases = [((24 * sms * rows_a_block + 1, cols, "float32", op, offset, "auto"), (lanes, 2))
+    cases = [((6 * sms * rows_a_block + 1, cols, "float32", op, offset, "auto"), (lanes, 2))
              for cols, lanes, rows_a_block in ((97, 16, 16), (201, 32, 8), (61, 8, 32))
              for op in ("log_softmax", "softmax") for offset in (0, 1)]
     for (rows, cols, *_), (lanes, vpt), line in _routed_plans(cases):

@@ -53,14 +53,21 @@ template <typename T> __host__ __device__ __forceinline__ int pair_shift(const T
 // The team's row (shift d) into v; offsets outside [d, len + d) read as -inf. nt * kN * kVec >= len + d. Every
 // load is issued before any is unpacked: unpacking inside each load's branch made each load wait for the one
 // before (the block kernel's shifted loads ran at half speed that way, NOTES "s59 call 1").
-template <typename T, int kN>
+// kHeld: a held pointer stepped from pair to pair (held_pointer), for the many-rows instantiations only (kMany):
+// H200, s96 call 3, bf16 us cold / streamed, held everywhere against indexed: softmax 65536x61 12.4 / 8.6 -> 11.9 /
+// 8.3, log_softmax 131072x13 10.8 / 6.8 -> 10.6 / 6.5, but few rows lost streamed (the general bound's kernels went
+// from 40-43 registers to 27-30): softmax 4097x97 2.5 -> 2.7, 2049x201 2.6 -> 2.7-2.8. Held in kMany alone (312 ->
+// 272 SASS instructions, 32 -> 30 registers), s96 call 4: softmax 65536x61 8.6 -> 8.4 us streamed, log_softmax
+// 65536x61 8.7 -> 8.3, 131072x13 6.8 -> 6.4, fp16 softmax 65536x61 8.5 -> 8.4; 4097x97 2.5 as before.
+template <typename T, int kN, bool kHeld = false>
 __device__ __forceinline__ void load_pairs(const T* row, int64_t len, int d, int nt, int t,
                                            acc_t<T> (&v)[kN][RowsTraits<T>::kVec]) {
   using A = acc_t<T>;
   using Word = typename PairIO<T>::Word;
   constexpr int kPairs = RowsTraits<T>::kVec / 2;
   const int rem = remaining(len + d, 2 * static_cast<int64_t>(t));  // offsets left from this thread's first pair
-  const Word* ptr = reinterpret_cast<const Word*>(row - d) + t;
+  const Word* base = reinterpret_cast<const Word*>(row - d) + t;
+  const Word* ptr = kHeld ? held_pointer(base) : base;
   Word w[kN][kPairs];
 #pragma unroll
   for (int s = 0; s < kN; ++s)
@@ -68,7 +75,8 @@ __device__ __forceinline__ void load_pairs(const T* row, int64_t len, int d, int
     for (int i = 0; i < kPairs; ++i) {
       const int q = (s * kPairs + i) * nt;  // pairs past this thread's first
       w[s][i] = PairIO<T>::neg_inf_pair();
-      if (2 * q < rem) w[s][i] = __ldg(ptr + q);
+      if (2 * q < rem) w[s][i] = __ldg(kHeld ? ptr : base + q);
+      if constexpr (kHeld) ptr = held_pointer(ptr + nt);
     }
 #pragma unroll
   for (int s = 0; s < kN; ++s)
@@ -83,14 +91,15 @@ __device__ __forceinline__ void load_pairs(const T* row, int64_t len, int d, int
 }
 
 // v's elements at offsets [d, len + d) into the row (shift d): whole pairs as one store, a row's edge element
-// alone.
-template <typename T, int kN>
+// alone. kHeld: as load_pairs'.
+template <typename T, int kN, bool kHeld = false>
 __device__ __forceinline__ void store_pairs(T* row, int64_t len, int d, int nt, int t,
                                             const acc_t<T> (&v)[kN][RowsTraits<T>::kVec]) {
   using Word = typename PairIO<T>::Word;
   constexpr int kPairs = RowsTraits<T>::kVec / 2;
   const int rem = remaining(len + d, 2 * static_cast<int64_t>(t));
-  Word* ptr = reinterpret_cast<Word*>(row - d) + t;
+  Word* base = reinterpret_cast<Word*>(row - d) + t;
+  Word* ptr = kHeld ? held_pointer(base) : base;  // st.global by __stwb: held, it lost its address space
   T* elems = row - d + 2 * static_cast<int64_t>(t);
   const bool lead_outside = t == 0 && d != 0;  // this thread's first offset (0) is the previous row's
 #pragma unroll
@@ -98,11 +107,21 @@ __device__ __forceinline__ void store_pairs(T* row, int64_t len, int d, int nt, 
 #pragma unroll
     for (int i = 0; i < kPairs; ++i) {
       const int q = (s * kPairs + i) * nt;
+      Word* at = ptr;
+      if constexpr (kHeld) ptr = held_pointer(ptr + nt);
       if (2 * q >= rem) continue;
       const bool first = s != 0 || i != 0 || !lead_outside;
       const bool second = 2 * q + 1 < rem;
-      if (first && second) {
-        ptr[q] = PairIO<T>::pack(v[s][2 * i], v[s][2 * i + 1]);
+      if constexpr (kHeld) {
+        if (first && second) {
+          __stwb(at, PairIO<T>::pack(v[s][2 * i], v[s][2 * i + 1]));
+        } else if (first) {
+          __stwb(reinterpret_cast<T*>(at), from_acc<T>(v[s][2 * i]));
+        } else if (second) {
+          __stwb(reinterpret_cast<T*>(at) + 1, from_acc<T>(v[s][2 * i + 1]));
+        }
+      } else if (first && second) {  // indexed from the row's base, as before kHeld
+        base[q] = PairIO<T>::pack(v[s][2 * i], v[s][2 * i + 1]);
       } else if (first) {
         elems[2 * q] = from_acc<T>(v[s][2 * i]);
       } else if (second) {

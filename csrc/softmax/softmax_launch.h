@@ -125,10 +125,16 @@ template <typename T> constexpr int scalar_rows_min_blocks(int vpl) {
 // 17.5-17.6 -> 19.5 / 16.9-17.0, 131072x97 33.7 / 32.1-32.3 -> 33.4 / 30.9; but 131072x61 (8 lanes, 4 rows a warp)
 // lost, 20.8-21.0 / 19.0-19.1 -> 21.5 / 19.5 (65536x61 alike in s94 call 5). The same SASS runs on every team width
 // (lanes are a run-time value), so the loss is the memory side's: not understood yet. fp32 softmax there has no
-// such instantiation (its 16- and 32-lane rows were level under the bound, s94 call 5).
+// such instantiation (its 16- and 32-lane rows were level under the bound, s94 call 5). Since the scalar groups step
+// a held pointer (held_pointer, s96) the general bound's kernel takes 46 registers (5 blocks an SM) where the many-rows
+// one keeps 32 (8): from 6 blocks an SM the rows need one wave fewer on it. s96 call 4, us cold / streamed, gate 24 ->
+// 6 blocks an SM, two rounds (torch): 16384x97 (7.75 blocks an SM) 8.7-9.0 / 5.4 -> 9.0 / 4.8-4.9 (7.6 / 5.1-5.2),
+// 8192x201 8.2 / 5.5-5.6 -> 8.4 / 4.9 (8.3 / 5.2), 32768x97 11.6 / 9.2 -> 11.2 / 8.5, 16384x201 11.5 / 9.5 -> 11.1 /
+// 8.7; 12288x97 (5.8) level. Teams of 8 lanes still lose under it: a build without the lanes test read 32768x61
+// 5.9-6.0 -> 6.1-6.2 us streamed, 65536x61 10.2 -> 10.8, 131072x61 18.8 -> 19.1.
 constexpr int kManyScalarRowsMinBlocks = 8;
 constexpr int64_t kManyScalarRowsMinBlocksPerSm = 12;
-constexpr int64_t kManyFp32ScalarRowsMinBlocksPerSm = 24;
+constexpr int64_t kManyFp32ScalarRowsMinBlocksPerSm = 6;
 constexpr int kManyFp32ScalarRowsMinLanes = 16;
 template <typename T> constexpr bool many_scalar_rows_compiled(int vpl, bool log_softmax) {
   return sizeof(T) == 2 ? vpl == 1 : sizeof(T) == 4 && vpl == 2 && log_softmax;

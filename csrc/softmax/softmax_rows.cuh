@@ -170,7 +170,7 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned                   ?
     int d = 0;
     if constexpr (kPairs) {
       d = valid ? pair_shift(p.x + offset) : 0;
-      load_pairs<T, kVpl>(p.x + offset, len, d, lanes, li, v);
+      load_pairs<T, kVpl, kMany>(p.x + offset, len, d, lanes, li, v);
     } else if constexpr (kFold) {  // fp32 lse, 16-bit softmax / log_softmax on the grid, edges -inf (16-bit lse: above)
       d = misalignment(p.x + offset);
       load_row_folded<T, kVpl>(p.x + offset, len, d, lanes, li, v);
@@ -188,7 +188,7 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned                   ?
       continue;
     }
     if constexpr (kPairs) {
-      store_pairs<T, kVpl>(p.y + offset, len, d, lanes, li, v);
+      store_pairs<T, kVpl, kMany>(p.y + offset, len, d, lanes, li, v);
     } else if constexpr (kFold) {
       store_row_folded<T, kVpl>(p.y + offset, len, d, lanes, li, v);
     } else if constexpr (kOnGrid) {

@@ -221,9 +221,22 @@ template <typename A> __device__ __forceinline__ OnlineState<A> shfl_xor(OnlineS
 
 // All-reduce within aligned groups of `width` lanes (a power of two <= 32). Every lane of the warp must
 // call it. The three ops are commutative, so both partners of a butterfly step get the same value and the
-// whole group ends bitwise identical.
+// whole group ends bitwise identical. The switch enters the unrolled butterfly at the width's first step, where a
+// loop over a run-time width paid 6 instructions a step (sm_90a: shift, compare, branch, moves) in the warp kernels
+// of run-time team widths, which are issue-bound. H200, s96 call 5, us cold / streamed, loop -> switch, two rounds:
+// fp32 log_softmax 32768x201 (32 lanes) 17.3-17.5 / 15.7 -> 16.6-16.7 / 15.3 (torch 16.6-16.9 / 15.2-15.3), softmax
+// 32768x201 17.4-17.6 / 16.2 -> 17.1-17.2 / 15.9, log_softmax 65536x97 (16 lanes) 17.2-17.4 / 15.4 -> 16.6-16.7 /
+// 15.1, bf16 softmax 65536x128 10.1 -> 9.9 streamed; 8 lanes level (65536x61), 4 lanes a little slower (65536x29
+// 9.1-9.2 / 5.9 -> 9.3-9.4 / 6.0); ptxas took 2-4 registers more in some warp kernels.
 template <typename V, typename Op> __device__ __forceinline__ V warp_allreduce(V v, Op op, int width = 32) {
-  for (int o = width >> 1; o > 0; o >>= 1) v = op(v, shfl_xor(v, o));
+  switch (width) {
+    case 32: v = op(v, shfl_xor(v, 16)); [[fallthrough]];
+    case 16: v = op(v, shfl_xor(v, 8)); [[fallthrough]];
+    case 8: v = op(v, shfl_xor(v, 4)); [[fallthrough]];
+    case 4: v = op(v, shfl_xor(v, 2)); [[fallthrough]];
+    case 2: v = op(v, shfl_xor(v, 1)); [[fallthrough]];
+    default: break;
+  }
   return v;
 }
 

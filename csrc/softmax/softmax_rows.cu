@@ -91,23 +91,23 @@ template <typename T, int kVpl> RowsKernel<T> pair_kernel(FixedRows fixed) {
   }
 }
 
-// Softmax and log_softmax of many unaligned rows (many_scalar_rows_compiled), element-wise or in pairs where pairs
-// paid: the instantiation bound to kManyScalarRowsMinBlocks. nullptr for the other outputs and where none is compiled.
+// Softmax or log_softmax (kFixed) of many unaligned rows (many_scalar_rows_compiled), element-wise or in pairs where
+// pairs paid: the instantiation bound to kManyScalarRowsMinBlocks. nullptr where none is compiled.
+template <typename T, int kVpl, FixedRows kFixed> RowsKernel<T> many_rows_kernel_of(bool pairs) {
+  constexpr bool kLog = kFixed == FixedRows::SafeLogSoftmax;
+  if constexpr (many_scalar_rows_compiled<T>(kVpl, kLog)) {
+    if constexpr (pair_rows_pay<T>(kVpl, kLog)) {
+      if (pairs) return softmax_warp_rows_kernel<T, kVpl, false, kFixed, true, GridRows::Off, true>;
+    }
+    if (!pairs) return softmax_warp_rows_kernel<T, kVpl, false, kFixed, false, GridRows::Off, true>;
+  }
+  return nullptr;
+}
+
+// many_rows_kernel_of for the op that `fixed` names; nullptr for the other outputs.
 template <typename T, int kVpl> RowsKernel<T> many_rows_kernel(FixedRows fixed, bool pairs) {
-  constexpr FixedRows kSoftmax = FixedRows::SafeSoftmax, kLog = FixedRows::SafeLogSoftmax;
-  constexpr GridRows kOff = GridRows::Off;
-  if constexpr (many_scalar_rows_compiled<T>(kVpl, false)) {
-    if (fixed == kSoftmax && pairs && pair_rows_pay<T>(kVpl, false)) {
-      return softmax_warp_rows_kernel<T, kVpl, false, kSoftmax, pair_rows_pay<T>(kVpl, false), kOff, true>;
-    }
-    if (fixed == kSoftmax && !pairs) return softmax_warp_rows_kernel<T, kVpl, false, kSoftmax, false, kOff, true>;
-  }
-  if constexpr (many_scalar_rows_compiled<T>(kVpl, true)) {
-    if (fixed == kLog && pairs && pair_rows_pay<T>(kVpl, true)) {
-      return softmax_warp_rows_kernel<T, kVpl, false, kLog, pair_rows_pay<T>(kVpl, true), kOff, true>;
-    }
-    if (fixed == kLog && !pairs) return softmax_warp_rows_kernel<T, kVpl, false, kLog, false, kOff, true>;
-  }
+  if (fixed == FixedRows::SafeSoftmax) return many_rows_kernel_of<T, kVpl, FixedRows::SafeSoftmax>(pairs);
+  if (fixed == FixedRows::SafeLogSoftmax) return many_rows_kernel_of<T, kVpl, FixedRows::SafeLogSoftmax>(pairs);
   return nullptr;
 }
 

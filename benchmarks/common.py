@@ -360,6 +360,7 @@ def environment(device, fae=None):
         env["threads"] = torch.get_num_threads()
     if fae is not None:
         env["fae_version"] = getattr(fae, "__version__", None)
+        env["fae_path"] = os.path.dirname(os.path.abspath(fae.__file__))  # which build ran (A/B runs)
         try:
             env["fae_cuda_kernels"] = fae.cuda_available()
         except Exception as e:

@@ -71,6 +71,34 @@ def softmax_tables(payload, markdown=False):
     return "\n".join(out)
 
 
+def softmax_points_tables(payload, markdown=False):
+    """A --points run: a row per point, ours (at the point's algorithm) beside torch's op, us per timing."""
+    res = payload.get("results", [])
+    timings = list(dict.fromkeys(r.get("timing", "cold") for r in res)) or ["cold"]
+    by = {(r["op"], r["impl"], r["dtype"], tuple(r["shape"]), r.get("timing", "cold")): r for r in res}
+
+    def us(r):
+        return common.fmt(r["median_ms"] * 1e3, ".1f") if _ok(r) else _err(r)
+
+    rows = []
+    for r in res:
+        if r["impl"] == "torch" or r.get("timing", "cold") != timings[0]:
+            continue
+        point = (r["op"], r["dtype"], tuple(r["shape"]))
+        row = [r["op"], r["impl"], r["dtype"], f"{point[2][0]}x{point[2][1]}"]
+        for t in timings:
+            ours = by.get((r["op"], r["impl"]) + point[1:] + (t,))
+            theirs = by.get((r["op"], "torch") + point[1:] + (t,))
+            ratio = _ratio(theirs["median_ms"], ours["median_ms"]) if _ok(ours) and _ok(theirs) else None
+            row += [us(ours), us(theirs), common.fmt(ratio, ".2f")]
+        rows.append(row + [_diff(r)])
+    head = ["op", "impl", "dtype", "shape"]
+    for t in timings:
+        head += [f"{t} us", f"torch {t} us", "x torch"]
+    return "\n".join([_header(payload), "", "points: us; x torch = torch time / ours; maxdiff vs fp64",
+                      common.format_table(head + ["maxdiff"], rows, markdown, align=(0, 1, 2, 3))])
+
+
 def _softmax_tables_of(res, markdown):
     by = {(r["op"], r["impl"], r["dtype"], tuple(r["shape"])): r for r in res}
     keys = []
@@ -191,7 +219,8 @@ def tables_for(path, markdown):
     payload = common.load_json(path)
     kind = payload.get("benchmark")
     if kind == "softmax":
-        return softmax_tables(payload, markdown)
+        points = payload.get("config", {}).get("points")
+        return (softmax_points_tables if points else softmax_tables)(payload, markdown)
     if kind == "attention":
         return attention_tables(payload, markdown)
     return f"{path}: unknown benchmark {kind!r}"

@@ -6,9 +6,11 @@
 #
 # The tree as it is ("head") and, in /tmp/base, the tree with ab/main_csrc as its csrc ("base"; and in /tmp/alt with
 # ab/alt_csrc, "alt", when that exists) are built side by side; ab/ is git-ignored: fill it before the call
-# (`git archive main csrc | tar -x -C ab && mv ab/csrc ab/main_csrc`) and name it in the call's carry. Then the
-# kernels one call takes per point (head), base / head (/ alt) over two rounds (scripts/ab_points.py), ncu of the
-# points in NCU ('fae|torch:ROOT:op:dtype:RxC ...'), `bench_softmax.py --max-seconds 40` with its tables and plot,
+# (`git archive main csrc | tar -x -C ab && mv ab/csrc ab/main_csrc`) and name it in the call's carry. Then base /
+# head (/ alt) over two rounds, each build in its own process with PYTHONPATH at its root (one process cannot import
+# two builds): `bench_softmax.py --points`, ours at each point beside torch's op, cold and streamed, the head's first
+# round with --kernels (which instantiation each point takes); ncu of the points in NCU
+# ('fae|torch:ROOT:op:dtype:RxC ...'); `bench_softmax.py --max-seconds 40` with its tables and plot;
 # and the CUDA softmax suite as three pytest processes side by side on round-robin node-id shards (~100-155 s on the
 # H200 against 273-415 s in one process). COMMIT is recorded in the benchmark's JSON.
 set -uo pipefail
@@ -33,11 +35,13 @@ for i in "${!builds[@]}"; do
 done
 wait; t built
 if [[ $POINTS != - ]]; then
-  python3 scripts/ab_points.py . head "$POINTS" --profile 2>&1 | tee -a "$L/main.log"
-  for _ in 1 2; do
+  for round in 1 2; do
     for i in 1 0 2; do
-      [[ -n ${builds[$i]:-} ]] && python3 scripts/ab_points.py "${builds[$i]}" "${labels[$i]}" "$POINTS" 2>&1 \
-        | tee -a "$L/main.log"
+      [[ -n ${builds[$i]:-} ]] || continue
+      kernels=""; [[ $round == 1 && $i == 0 ]] && kernels=--kernels  # which instantiation each point takes (head)
+      # shellcheck disable=SC2086
+      PYTHONPATH=${builds[$i]} python3 benchmarks/bench_softmax.py --points "$POINTS" $kernels \
+        --results-dir "$OUT/r/ab_${labels[$i]}_$round" 2>&1 | sed "s/^/${labels[$i]} /" | tee -a "$L/main.log"
     done
   done
   t ab-done

@@ -1050,11 +1050,13 @@ print("checked")
 
 @pytest.mark.cuda
 @requires_cuda
-@pytest.mark.parametrize("config", ["kind=warp,vpt=1,grid=1", "kind=warp,vpt=2,grid=1", "kind=warp,vpt=4,grid=1"])
+@pytest.mark.parametrize("config", ["kind=warp,vpt=1,grid=1", "kind=warp,vpt=2,grid=1", "kind=warp,vpt=4,grid=1",
+                                    "kind=warp,vpt=2,grid=1,threads=64"])
 def test_forced_grid_softmax_rows_cuda(config):
     # softmax and log_softmax of unaligned 16-bit rows held as 16-byte vectors on the memory's grid in the slots of their
     # own vectors, the granule past them folded in (grid=1, FoldedGranule; "auto" takes them where grid_softmax_rows
-    # says: test_grid_softmax_routing_cuda): every shift, team widths 1-32, the row max in the folded granule.
+    # says: test_grid_softmax_routing_cuda): every shift, team widths 1-32, the row max in the folded granule; threads=64:
+    # blocks of 2-64 rows (the rows a block holds are the launch's block over the team width).
     child = run_in_fresh_python(FORCED_GRID_ROWS_CHECK, timeout=None, FAE_SOFTMAX_CONFIG=config)
     assert child.returncode == 0 and "checked" in child.stdout, child.stderr[-3000:]
 
@@ -1668,6 +1670,8 @@ def test_cpu_isa_variants(isa):
     ("kind=warp,vpt=3", "vpt must be 1, 2, 4 or 8"),
     ("kind=pipe,pieces=1", "a ring of fewer than 2 pieces"),
     ("kind=warp,vpt=2,grid=2", "grid must be 0 or 1"),
+    ("kind=warp,vpt=1,threads=288", "threads must be a multiple of 32 in [32, 256] for kind=warp"),
+    ("kind=warp,vpt=1,threads=48", "threads must be a multiple of 32 in [32, 256] for kind=warp"),
     ("kind=block,grid=1", "grid is a key of kind=warp only")])
 def test_forced_config_errors_cuda(config, message):
     if config.startswith("kind=pipe") and torch.cuda.get_device_capability() < (9, 0):

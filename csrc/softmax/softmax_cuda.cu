@@ -1050,9 +1050,14 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
     }
     while ((1 << rp.lanes_log2) < plan.lanes) ++rp.lanes_log2;
     const bool fold = on_grid && s.nv > int64_t(plan.lanes) * plan.vpt;  // s.nv: the most granules a row spans
-    const int64_t blocks = ceil_div(s.rows, kWarpRowsThreads / plan.lanes);
-    const bool many_rows = many_scalar_rows<T>(blocks, s.sms, plan.lanes);
-    launch_warp_rows<T>(rp, plan.vpt, s.aligned, on_grid, fold, many_rows, capped_grid(blocks), stream);
+    if (plan.threads == 0) plan.threads = p.output == SoftmaxOutput::LogSumExp ? kWarpRowsLseThreads : kWarpRowsThreads;
+    if (plan.threads % 32 != 0 || plan.threads < 32 || plan.threads > kWarpRowsThreads) {
+      fail("threads must be a multiple of 32 in [32, 256] for kind=warp");
+    }
+    // many_scalar_rows counts blocks of kWarpRowsThreads whatever the launch's block size.
+    const bool many_rows = many_scalar_rows<T>(ceil_div(s.rows, kWarpRowsThreads / plan.lanes), s.sms, plan.lanes);
+    const int64_t blocks = ceil_div(s.rows, plan.threads / plan.lanes);
+    launch_warp_rows<T>(rp, plan.vpt, s.aligned, on_grid, fold, many_rows, capped_grid(blocks), plan.threads, stream);
     return;
   }
 

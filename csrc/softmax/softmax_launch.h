@@ -65,7 +65,14 @@ template <typename T> constexpr bool lse_rows_on_grid(SoftmaxOutput output) {
 // -> 22.4 at 2 vectors, 32768x383 28.1 -> 35.9 at 4, 16384x1023 34.7 -> 36.7 at 8).
 template <typename T> constexpr bool grid_softmax_compiled = sizeof(T) == 2;
 
-constexpr int kWarpRowsThreads = 256;    // warp-per-row kernel: 8 warps per block
+constexpr int kWarpRowsThreads = 256;    // warp-per-row kernels: their bound, and the block of softmax and log_softmax
+// The block of logsumexp's warp-per-row plans unless forced (threads=; the kernels take any multiple of 32 up to
+// kWarpRowsThreads). Why: H200, s97 call 4, us cold / streamed, 256 -> 128 threads, two rounds: bf16 65536x1023 (the
+// wide warp: 32 lanes of 8 vectors, 64 registers) 41.2-41.3 / 39.6-39.7 -> 39.4-39.5 / 37.9-38.1, bf16 4097x97
+// streamed 2.6 -> 2.4; bf16 16384x1024, 65536x128, 65536x61, 32768x2000, fp32 65536x128, 16384x1024, 16384x97,
+// 8192x513 level. Softmax and log_softmax keep 256: at 128 (s97 call 3) fp32 and bf16 65536x128, 16384x1024, fp32
+// 65536x97, 16384x97 and bf16 131072x61 read level.
+constexpr int kWarpRowsLseThreads = 128;
 // Scalar (unaligned) warp rows of more than 8 values per lane run on whole warps: a compile-time team width
 // turns every element offset into an immediate, which keeps those variants out of spills and ran them faster
 // (H200, s60 call 3, a run-time width at 16 values a lane, us cold: bf16 65536x127 on 8 lanes 25.1 against
@@ -250,9 +257,9 @@ template <typename T> struct ColumnsParams {
 // grid=1; the team holds the row's own vectors); fold: some row's shift can take it one granule past the team's slots
 // (FoldedGranule).
 // many_rows: many_scalar_rows holds for the launch (the launcher takes the instantiation of many_scalar_rows_compiled
-// there, where it exists).
+// there, where it exists). threads: the block, a multiple of 32 up to kWarpRowsThreads (the kernels' bound).
 template <typename T> void launch_warp_rows(const RowsParams<T>& p, int vpl, bool aligned, bool on_grid, bool fold,
-                                            bool many_rows, int grid, cudaStream_t stream);
+                                            bool many_rows, int grid, int threads, cudaStream_t stream);
 // Cooperative when p.chunks > 1: then every block must be co-resident (grid <= resident capacity).
 template <typename T> void launch_block_rows(const RowsParams<T>& p, int vpt, bool aligned, int threads,
                                              int grid, cudaStream_t stream);

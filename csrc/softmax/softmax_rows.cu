@@ -184,7 +184,7 @@ template <typename T> RowsKernel<T> select_block_kernel(int vpt, bool aligned, b
 
 template <typename T>
 void launch_warp_rows(const RowsParams<T>& p, int vpl, bool aligned, bool on_grid, bool fold, bool many_rows, int grid,
-                      cudaStream_t stream) {
+                      int threads, cudaStream_t stream) {
   // logsumexp: unaligned rows held element-wise take the general instantiation.
   const bool fixed_lse = aligned || on_grid;
   const FixedRows fixed = p.online                                 ? FixedRows::General
@@ -199,8 +199,8 @@ void launch_warp_rows(const RowsParams<T>& p, int vpl, bool aligned, bool on_gri
   const bool pairs = !aligned && !on_grid && fixed != FixedRows::General && fixed != FixedRows::SafeLogSumExp &&
                      pair_rows_pay<T>(vpl, fixed == FixedRows::SafeLogSoftmax) &&
                      pair_shift(p.x) == pair_shift(p.y) && held >= p.len + (p.len % 2 == 1 ? 1 : pair_shift(p.x));
-  launch_kernel(select_warp_kernel<T>(vpl, aligned, pairs, fixed, on_grid, fold, many_rows), grid, kWarpRowsThreads, 0,
-                stream, LaunchKind::Plain, p);
+  launch_kernel(select_warp_kernel<T>(vpl, aligned, pairs, fixed, on_grid, fold, many_rows), grid, threads, 0, stream,
+                LaunchKind::Plain, p);
 }
 
 template <typename T> int block_rows_blocks_per_sm(int vpt, bool aligned, int threads, size_t smem_bytes) {
@@ -218,7 +218,7 @@ void launch_block_rows(const RowsParams<T>& p, int vpt, bool aligned, int thread
 }
 
 #define FAE_INSTANTIATE_ROWS(T)                                                                              \
-  template void launch_warp_rows<T>(const RowsParams<T>&, int, bool, bool, bool, bool, int, cudaStream_t);   \
+  template void launch_warp_rows<T>(const RowsParams<T>&, int, bool, bool, bool, bool, int, int, cudaStream_t); \
   template int block_rows_blocks_per_sm<T>(int, bool, int, size_t);                                          \
   template void launch_block_rows<T>(const RowsParams<T>&, int, bool, int, int, cudaStream_t);
 FAE_INSTANTIATE_ROWS(float)

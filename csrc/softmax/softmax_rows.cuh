@@ -107,7 +107,7 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned                   ?
   const int lanes = 1 << lanes_log2;
   const int li = threadIdx.x & (lanes - 1);
   const int team = threadIdx.x >> lanes_log2;
-  const int rows_per_block = kWarpRowsThreads >> lanes_log2;
+  const int rows_per_block = static_cast<int>(blockDim.x) >> lanes_log2;  // the launch's block: <= kWarpRowsThreads
   const SoftmaxOutput output = kFixed == FixedRows::SafeSoftmax      ? SoftmaxOutput::Softmax
                                : kFixed == FixedRows::SafeLogSoftmax ? SoftmaxOutput::LogSoftmax
                                : kFixed == FixedRows::SafeLogSumExp  ? SoftmaxOutput::LogSumExp

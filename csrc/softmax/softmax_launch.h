@@ -65,14 +65,21 @@ template <typename T> constexpr bool lse_rows_on_grid(SoftmaxOutput output) {
 // -> 22.4 at 2 vectors, 32768x383 28.1 -> 35.9 at 4, 16384x1023 34.7 -> 36.7 at 8).
 template <typename T> constexpr bool grid_softmax_compiled = sizeof(T) == 2;
 
-constexpr int kWarpRowsThreads = 256;    // warp-per-row kernels: their bound, and the block of softmax and log_softmax
-// The block of logsumexp's warp-per-row plans unless forced (threads=; the kernels take any multiple of 32 up to
-// kWarpRowsThreads). Why: H200, s97 call 4, us cold / streamed, 256 -> 128 threads, two rounds: bf16 65536x1023 (the
-// wide warp: 32 lanes of 8 vectors, 64 registers) 41.2-41.3 / 39.6-39.7 -> 39.4-39.5 / 37.9-38.1, bf16 4097x97
-// streamed 2.6 -> 2.4; bf16 16384x1024, 65536x128, 65536x61, 32768x2000, fp32 65536x128, 16384x1024, 16384x97,
-// 8192x513 level. Softmax and log_softmax keep 256: at 128 (s97 call 3) fp32 and bf16 65536x128, 16384x1024, fp32
-// 65536x97, 16384x97 and bf16 131072x61 read level.
-constexpr int kWarpRowsLseThreads = 128;
+constexpr int kWarpRowsThreads = 256;    // warp-per-row kernels: their bound, and the block of most plans (below)
+// The block of logsumexp's warp-per-row plans and of aligned softmax and log_softmax rows of 8 vectors a lane
+// (16-bit rows of 1025-2048 elements, fp32 of 513-1024) unless forced (threads=; the kernels take any multiple of 32
+// up to kWarpRowsThreads): warp_rows_threads. Why, H200, us cold / streamed, 256 -> 128 threads, two rounds: s97 call 4
+// (logsumexp) bf16 65536x1023 (32 lanes of 8 vectors, 64 registers) 41.2-41.3 / 39.6-39.7 -> 39.4-39.5 / 37.9-38.1,
+// bf16 4097x97 streamed 2.6 -> 2.4, bf16 16384x1024, 65536x128, 65536x61, 32768x2000, fp32 65536x128, 16384x1024,
+// 16384x97, 8192x513 level; s97 call 5 (forced 32 lanes x 8 vectors) softmax bf16 65536x1032 75.8-76.3 / 75.3-75.5 ->
+// 73.3-73.6 / 72.7-72.9, log_softmax bf16 65536x1536 98.8-99.1 / 98.5-98.6 -> 97.6-97.9 / 98.1-98.4, softmax bf16
+// 8192x2048 streamed 19.0 -> 18.7-18.8, bf16 65536x1536 and 32768x2048, fp32 32768x1000, 65536x640 and 16384x1024
+// (both ops) level. Softmax and log_softmax of the other plans keep 256: at 128 (s97 call 3) fp32 and bf16
+// 65536x128, 16384x1024 (16-bit: 4 vectors a lane), fp32 65536x97, 16384x97 and bf16 131072x61 read level.
+constexpr int kWarpRowsSmallThreads = 128;
+inline int warp_rows_threads(SoftmaxOutput output, bool aligned, int vpl) {
+  return output == SoftmaxOutput::LogSumExp || (aligned && vpl == 8) ? kWarpRowsSmallThreads : kWarpRowsThreads;
+}
 // Scalar (unaligned) warp rows of more than 8 values per lane run on whole warps: a compile-time team width
 // turns every element offset into an immediate, which keeps those variants out of spills and ran them faster
 // (H200, s60 call 3, a run-time width at 16 values a lane, us cold: bf16 65536x127 on 8 lanes 25.1 against

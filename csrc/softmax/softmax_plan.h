@@ -23,7 +23,7 @@
 //   vpt      warp: 16-byte vectors per lane (1, 2, 4, 8 where compiled); block/split: vectors per thread in
 //            registers (RowsTraits' small or large size); "small" / "large" name RowsTraits' sizes of the
 //            call's dtype (fp32 2 / 8, 16-bit 1 / 4, double 1 / 4)
-//   threads  warp/block/split/pipe: block size, multiple of 32 (warp 0: 256, logsumexp 128, at most 256; block 0:
+//   threads  warp/block/split/pipe: block size, multiple of 32 (warp 0: warp_rows_threads, at most 256; block 0:
 //            fewest that hold the row; split 0: 256; pipe 0: 32 elements per thread per 16 KiB piece, fp32 128, 16-bit
 //            256; pipe at most 512)
 //   smem     block/split: vectors per thread in shared memory (aligned rows only). Absent: block the fewest

@@ -8,7 +8,8 @@
 #
 # CONFIG: "auto" or a FAE_SOFTMAX_CONFIG string (csrc/softmax/softmax_plan.h), e.g. kind=warp,lanes=32,vpt=8,threads=128.
 # A forced plan applies to every point of the call, so give each configuration the points it fits. SKIP_BUILD=1 when
-# the tree is built already.
+# the tree is built already. The logged plans read threads=0 where the launch takes its default block (warp plans:
+# warp_rows_threads, csrc/softmax/softmax_launch.h).
 set -uo pipefail
 POINTS=$1; shift
 export PYTHONUNBUFFERED=1 TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0a}

@@ -153,7 +153,8 @@ constexpr int kManyFp32ScalarRowsMinLanes = 16;
 template <typename T> constexpr bool many_scalar_rows_compiled(int vpl, bool log_softmax) {
   return sizeof(T) == 2 ? vpl == 1 : sizeof(T) == 4 && vpl == 2 && log_softmax;
 }
-// Whether a launch of `blocks` blocks of teams of `lanes` lanes counts as many rows (the kMany instantiation, where
+// Whether rows filling `blocks` blocks of kWarpRowsThreads threads (whatever the launch's block; warp_rows_threads
+// gives these plans 256) in teams of `lanes` lanes count as many rows (the kMany instantiation, where
 // many_scalar_rows_compiled has one).
 template <typename T> constexpr bool many_scalar_rows(int64_t blocks, int64_t sms, int lanes) {
   return sizeof(T) == 2 ? blocks >= kManyScalarRowsMinBlocksPerSm * sms

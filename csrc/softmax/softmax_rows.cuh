@@ -49,9 +49,9 @@ __device__ __forceinline__ OnlineState<acc_t<T>> team_row(acc_t<T> (&v)[kVpl][Ro
   return row_state;
 }
 
-// Warp-per-row. Block: 256 threads = 8 warps; a team of 2^p.lanes_log2 lanes (a power of two, aligned
-// within the warp) owns one row, so a block owns 256 / lanes consecutive rows and walks row groups
-// grid-stride. Each lane holds kVpl vectors of kVec elements: len <= lanes * kVpl * kVec (rows on the memory's grid
+// Warp-per-row. Block: a multiple of 32 threads up to kWarpRowsThreads (the launch's: warp_rows_threads, 128 or 256);
+// a team of 2^p.lanes_log2 lanes (a power of two, aligned within the warp) owns one row, so a block owns
+// blockDim.x / lanes consecutive rows and walks row groups grid-stride. Each lane holds kVpl vectors of kVec elements: len <= lanes * kVpl * kVec (rows on the memory's grid
 // too: the granule past the slots is folded into them, FoldedGranule). Reductions are
 // xor-shuffles inside the team. Teams past the last row run the shuffles (the warp must) but touch no memory (rows on
 // the memory's grid: at most a read of the granule that holds the tensor's first element, all of it masked).

@@ -1050,7 +1050,8 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
     }
     while ((1 << rp.lanes_log2) < plan.lanes) ++rp.lanes_log2;
     const bool fold = on_grid && s.nv > int64_t(plan.lanes) * plan.vpt;  // s.nv: the most granules a row spans
-    if (plan.threads == 0) plan.threads = warp_rows_threads(p.output, s.aligned, plan.vpt);
+    if (plan.threads == 0) plan.threads = warp_rows_threads(p.output, plan.vpt);
+    static_assert(kWarpRowsThreads == 256, "the message below spells out kWarpRowsThreads");
     if (plan.threads % 32 != 0 || plan.threads < 32 || plan.threads > kWarpRowsThreads) {
       fail("threads must be a multiple of 32 in [32, 256] for kind=warp");
     }

@@ -77,8 +77,8 @@ constexpr int kWarpRowsThreads = 256;    // warp-per-row kernels: their bound, a
 // (both ops) level. Softmax and log_softmax of the other plans keep 256: at 128 (s97 call 3) fp32 and bf16
 // 65536x128, 16384x1024 (16-bit: 4 vectors a lane), fp32 65536x97, 16384x97 and bf16 131072x61 read level.
 constexpr int kWarpRowsSmallThreads = 128;
-inline int warp_rows_threads(SoftmaxOutput output, bool aligned, int vpl) {
-  return output == SoftmaxOutput::LogSumExp || (aligned && vpl == 8) ? kWarpRowsSmallThreads : kWarpRowsThreads;
+inline int warp_rows_threads(SoftmaxOutput output, int vpl) {
+  return output == SoftmaxOutput::LogSumExp || vpl == 8 ? kWarpRowsSmallThreads : kWarpRowsThreads;
 }
 // Scalar (unaligned) warp rows of more than 8 values per lane run on whole warps: a compile-time team width
 // turns every element offset into an immediate, which keeps those variants out of spills and ran them faster

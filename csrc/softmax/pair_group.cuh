@@ -102,30 +102,32 @@ __device__ __forceinline__ void store_pairs(T* row, int64_t len, int d, int nt, 
   Word* ptr = kHeld ? held_pointer(base) : base;  // st.global by __stwb: held, it lost its address space
   T* elems = row - d + 2 * static_cast<int64_t>(t);
   const bool lead_outside = t == 0 && d != 0;  // this thread's first offset (0) is the previous row's
+  // st.global by __stwb where the pointer is held (it lost its address space), a plain store otherwise
+  const auto put = [](auto* at, auto value) {
+    if constexpr (kHeld) {
+      __stwb(at, value);
+    } else {
+      *at = value;
+    }
+  };
 #pragma unroll
   for (int s = 0; s < kN; ++s)
 #pragma unroll
     for (int i = 0; i < kPairs; ++i) {
       const int q = (s * kPairs + i) * nt;
-      Word* at = ptr;
+      // held: the stepped pointer; otherwise indexed from the row's base, as before kHeld
+      Word* pair_at = kHeld ? ptr : base + q;
+      T* elem_at = kHeld ? reinterpret_cast<T*>(ptr) : elems + 2 * q;
       if constexpr (kHeld) ptr = held_pointer(ptr + nt);
       if (2 * q >= rem) continue;
       const bool first = s != 0 || i != 0 || !lead_outside;
       const bool second = 2 * q + 1 < rem;
-      if constexpr (kHeld) {
-        if (first && second) {
-          __stwb(at, PairIO<T>::pack(v[s][2 * i], v[s][2 * i + 1]));
-        } else if (first) {
-          __stwb(reinterpret_cast<T*>(at), from_acc<T>(v[s][2 * i]));
-        } else if (second) {
-          __stwb(reinterpret_cast<T*>(at) + 1, from_acc<T>(v[s][2 * i + 1]));
-        }
-      } else if (first && second) {  // indexed from the row's base, as before kHeld
-        base[q] = PairIO<T>::pack(v[s][2 * i], v[s][2 * i + 1]);
+      if (first && second) {
+        put(pair_at, PairIO<T>::pack(v[s][2 * i], v[s][2 * i + 1]));
       } else if (first) {
-        elems[2 * q] = from_acc<T>(v[s][2 * i]);
+        put(elem_at, from_acc<T>(v[s][2 * i]));
       } else if (second) {
-        elems[2 * q + 1] = from_acc<T>(v[s][2 * i + 1]);
+        put(elem_at + 1, from_acc<T>(v[s][2 * i + 1]));
       }
     }
 }

@@ -66,9 +66,13 @@ template <typename T> constexpr bool lse_rows_on_grid(SoftmaxOutput output) {
 template <typename T> constexpr bool grid_softmax_compiled = sizeof(T) == 2;
 
 constexpr int kWarpRowsThreads = 256;    // warp-per-row kernels: their bound, and the block of most plans (below)
-// The block of logsumexp's warp-per-row plans and of aligned softmax and log_softmax rows of 8 vectors a lane
-// (16-bit rows of 1025-2048 elements, fp32 of 513-1024) unless forced (threads=; the kernels take any multiple of 32
-// up to kWarpRowsThreads): warp_rows_threads. Why, H200, us cold / streamed, 256 -> 128 threads, two rounds: s97 call 4
+// The block of logsumexp's warp-per-row plans and of softmax and log_softmax rows of 8 vectors a lane, aligned or not
+// (16-bit rows of 1025-2048 elements, fp32 of 513-1024), unless forced (threads=; the kernels take any multiple of 32
+// up to kWarpRowsThreads): warp_rows_threads. Why, H200, us cold / streamed, 256 -> 128 threads, two rounds: s98 call 1
+// (unaligned fp32 rows, element-wise or in pairs, 32 lanes x 8 vectors) softmax 65536x641 87.3-87.6 / 87.2-87.3 ->
+// 85.4-85.5 / 85.2-85.3, log_softmax 65536x641 86.6-86.9 / 87.3-87.4 -> 84.9-85.5 / 85.4-85.6, 32768x1001 65.9-66.1 /
+// 66.5-66.7 -> 65.5 / 66.2-66.3, softmax 32768x1001 level; aligned fp32 rows under "online" (at 128 since s97) against
+// 256: 16384x1024 33.5-33.6 against 33.7-34.0 cold, 32768x1000 64.6-64.9 against 65.1-65.2, level streamed; s97 call 4
 // (logsumexp) bf16 65536x1023 (32 lanes of 8 vectors, 64 registers) 41.2-41.3 / 39.6-39.7 -> 39.4-39.5 / 37.9-38.1,
 // bf16 4097x97 streamed 2.6 -> 2.4, bf16 16384x1024, 65536x128, 65536x61, 32768x2000, fp32 65536x128, 16384x1024,
 // 16384x97, 8192x513 level; s97 call 5 (forced 32 lanes x 8 vectors) softmax bf16 65536x1032 75.8-76.3 / 75.3-75.5 ->

@@ -11,7 +11,9 @@ memory-bound row op is those bytes over the copy bandwidth, so "% copy" is how c
 
 --points names single points instead of the grid, each as op[/algorithm]:dtype:RxC, and times ours (that algorithm,
 "auto" if none) beside torch's op; --kernels prints the CUDA kernels one call of ours launches at each point (which
-instantiation a shape takes). scripts/ab_softmax.sh runs --points once per build (PYTHONPATH=BUILD_ROOT) for A/B runs.
+instantiation a shape takes); --kernel-times prints, per implementation, the device time of its kernels a call under
+the cold method (torch.profiler) beside the events' median: what of a cold call is the kernel and what its start-up.
+scripts/ab_softmax.sh runs --points once per build (PYTHONPATH=BUILD_ROOT) for A/B runs.
 """
 import argparse
 import os
@@ -80,6 +82,27 @@ def print_kernels(fn, x, what):
     print(f"{what} kernels: {' | '.join(n[:160] for n in names)}", flush=True)
 
 
+def print_kernel_times(timer, fns, names, x, what, reps=20):
+    """Mean device time (us) of each fn's CUDA kernels a call, each call after the cold method's flush (torch.profiler;
+    the flush's own kernels, profiled alone first, left out): the cold median less this is the call's start-up."""
+    def profiled(calls):
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            calls()
+            torch.cuda.synchronize()
+        return [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+
+    flush_names = {e.name for e in profiled(lambda: [timer.flush() for _ in range(3)])}
+    parts = []
+    for name, fn in zip(names, fns):
+        def calls(fn=fn):
+            for _ in range(reps):
+                timer.flush()
+                fn(x)
+        kernels = [e for e in profiled(calls) if e.name not in flush_names]
+        parts.append(f"{name} {sum(e.device_time for e in kernels) / reps:.2f} us ({len(kernels) // reps} a call)")
+    print(f"{what} kernel time a call: {', '.join(parts)}", flush=True)
+
+
 def reference(op, x):
     """torch's op in float64. (In float32, torch's own CPU softmax of a 1M-element row is 1.8e-4 off, and the check
     flagged ours, 1.1e-6 off, against it.)"""
@@ -113,6 +136,8 @@ def main(argv=None):
     p.add_argument("--points", default=None,
                    help="comma list of op[/algorithm]:dtype:RxC to run instead of the grid (ours and torch's op)")
     p.add_argument("--kernels", action="store_true", help="print the CUDA kernels one call of ours launches per point")
+    p.add_argument("--kernel-times", action="store_true",
+                   help="print each implementation's kernel time a cold call (torch.profiler)")
     args = p.parse_args(argv)
 
     device = common.resolve_device(args.device)
@@ -208,6 +233,8 @@ def main(argv=None):
                 try:
                     if timing == "cold":
                         stats = timer.time_interleaved([lambda fn=fn: fn(x) for fn in fns])
+                        if args.kernel_times and cuda:
+                            print_kernel_times(timer, fns, [r["impl"] for r in recs], x, f"{op} {dname} {rows}x{cols}")
                     else:
                         xs = timer.stream_inputs(x, rows * cols * x.element_size()) if xs is None else xs
                         stats = timer.time_stream(fns, xs)

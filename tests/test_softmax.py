@@ -1025,12 +1025,16 @@ vpl = int(os.environ["FAE_SOFTMAX_CONFIG"].split("vpt=")[1].split(",")[0])
 with pytest.raises(RuntimeError, match="grid=1 is compiled for float16 and bfloat16 only"):
     fae.softmax(t.make_input((3, 97), torch.float32, "cuda"), -1)
 for dtype in (torch.bfloat16, torch.float16):
-    vec = 8  # softmax's 16-bit warp kernels hold at most kMaxVpt = 4 vectors a lane (the configs' vpt)
+    vec = 8
     longest = 32 * vpl * vec
     # rows the team holds in the slots of its own vectors at every width the lengths derive: one element, one vector, odd
     # lengths on a power of two vectors less one element (folded on most shifts), and the longest, less one and
     # less a vector plus one; inputs on the grid and 1 or 3 elements off it (odd lengths: every shift among the rows)
-    lengths = sorted({1, 3, vec, vec + 1, 2 * vec - 1, 97, longest // 2 - 1, longest - vec + 1, longest - 1})
+    lengths = {1, 3, vec, vec + 1, 2 * vec - 1, 97, longest // 2 - 1, longest - vec + 1, longest - 1}
+    if vpl == 8:  # one warp, 8 vectors a lane: rows whose d + len ends in a lane's first 5 vectors skip the other 3
+        head = 32 * 5 * vec
+        lengths |= {head - 3, head, head + 1}
+    lengths = sorted(lengths)
     for length in [n for n in lengths if 0 < n <= longest] + [longest]:  # longest: unaligned at +1 and +3 only
         for offset in (0, 1, 3):
             x = t.make_input((67 * length + offset,), dtype, "cuda")[offset:].view(67, length)
@@ -1051,12 +1055,13 @@ print("checked")
 @pytest.mark.cuda
 @requires_cuda
 @pytest.mark.parametrize("config", ["kind=warp,vpt=1,grid=1", "kind=warp,vpt=2,grid=1", "kind=warp,vpt=4,grid=1",
-                                    "kind=warp,vpt=2,grid=1,threads=64"])
+                                    "kind=warp,vpt=8,grid=1", "kind=warp,vpt=2,grid=1,threads=64"])
 def test_forced_grid_softmax_rows_cuda(config):
     # softmax and log_softmax of unaligned 16-bit rows held as 16-byte vectors on the memory's grid in the slots of their
     # own vectors, the granule past them folded in (grid=1, FoldedGranule; "auto" takes them where grid_softmax_rows
-    # says: test_grid_softmax_routing_cuda): every shift, team widths 1-32, the row max in the folded granule; threads=64:
-    # blocks of 2-64 rows (the rows a block holds are the launch's block over the team width).
+    # says: test_grid_softmax_routing_cuda): every shift, team widths 1-32 (vpt=8: whole warps, rows of up to 2048
+    # elements), the row max in the folded granule; threads=64: blocks of 2-64 rows (the rows a block holds are the
+    # launch's block over the team width).
     child = run_in_fresh_python(FORCED_GRID_ROWS_CHECK, timeout=None, FAE_SOFTMAX_CONFIG=config)
     assert child.returncode == 0 and "checked" in child.stdout, child.stderr[-3000:]
 
@@ -1095,14 +1100,19 @@ def _assert_block_plans(cases):
 def test_grid_softmax_routing_cuda():
     # Where "auto" holds unaligned softmax and log_softmax rows on the memory's grid (grid=1, grid_softmax_rows): 16-bit
     # rows of 9-128 vectors whose output lies on the input's grid, teams of >= 8 lanes of <= 4 vectors, rows of <= 32
-    # vectors only at >= 32 rows per SM; not rows of 8 vectors, fp32, aligned rows, the online reduction, nor an input
-    # off the fresh output's grid (offset 1).
+    # vectors only at >= 32 rows per SM, and rows of 129-256 vectors on whole warps of 8 only there (warp_max_vpl); not
+    # rows of 8 vectors, fp32, aligned rows, the online reduction, nor an input off the fresh output's grid (offset 1).
     many = 32 * torch.cuda.get_device_properties(0).multi_processor_count
     cases = [  # rows, cols, dtype, op, offset, algorithm: lanes, vpt (None: off the grid)
         ((many, 65, "bfloat16", "softmax", 0, "auto"), (8, 2)), ((many, 97, "float16", "log_softmax", 0, "auto"), (8, 2)),
         ((many, 127, "bfloat16", "softmax", 0, "safe"), (8, 2)), ((many, 255, "bfloat16", "log_softmax", 0, "auto"), (8, 4)),
         ((67, 257, "float16", "softmax", 0, "auto"), (16, 4)), ((67, 1023, "bfloat16", "log_softmax", 0, "auto"), (32, 4)),
         ((67, 1017, "bfloat16", "softmax", 0, "auto"), (32, 4)),
+        ((many, 1031, "bfloat16", "softmax", 0, "auto"), (32, 8)),
+        ((many, 2047, "float16", "log_softmax", 0, "safe"), (32, 8)),
+        ((many - 1, 1031, "bfloat16", "softmax", 0, "auto"), None),
+        ((many, 1031, "bfloat16", "softmax", 0, "online"), None),
+        ((many, 2047, "bfloat16", "softmax", 1, "auto"), None),
         ((many - 1, 127, "bfloat16", "softmax", 0, "auto"), None), ((many, 61, "bfloat16", "softmax", 0, "auto"), None),
         ((many, 127, "float32", "softmax", 0, "auto"), None), ((many, 128, "bfloat16", "softmax", 0, "auto"), None),
         ((67, 1023, "bfloat16", "softmax", 0, "online"), None), ((67, 1023, "bfloat16", "softmax", 1, "auto"), None)]

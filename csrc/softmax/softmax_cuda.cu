@@ -449,8 +449,8 @@ bool unaligned_pipe_rows(const SoftmaxProblem& p, const RowsShape& s) {
 // The whole kernel choice. Rows (inner == 1), with nv = len / kVec 16-byte vectors per row (unaligned rows: the most
 // vectors a row spans on the memory's grid, ceil((len + kVec - 1) / kVec)):
 //  1. warp-per-row       ceil(len / kVec) <= 32 * kMaxVpt (1024 fp32 / fp16 / bf16 elements, 512 doubles; logsumexp
-//                        of 16-bit rows and aligned 16-bit softmax / log_softmax rows but the online ones 2048, at
-//                        >= 32 rows per SM: warp_max_vpl), any algorithm;
+//                        of 16-bit rows and 16-bit softmax / log_softmax rows, aligned or on the memory's grid, but
+//                        the online ones 2048, at >= 32 rows per SM: warp_max_vpl), any algorithm;
 //                        aligned rows get >= 2 vectors per lane where the row has them (teams of < 32 lanes
 //                        for short rows; on the H100 sweep 2 beat 4 for 128-element bf16 rows), logsumexp
 //                        >= 4, and many aligned 16-bit rows of 17-64 vectors (fp32: 33-56) that leave slots
@@ -703,8 +703,9 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
   const bool grid_rows = !s.aligned && lse_rows_on_grid<T>(p.output);
   // unaligned rows off the grid: 32 * kMaxVpt (warp_max_vpl is kMaxVpt for them)
   const bool online_on_chip = p.algorithm == SoftmaxAlgorithm::Online;
+  const bool vectors = s.aligned || grid_softmax_rows<T>(p, s, row_vecs);
   const int64_t warp_vecs =
-      rows_for_wide_warps ? 32 * warp_max_vpl<T>(p.output, s.aligned, online_on_chip) : 32 * Traits::kMaxVpt;
+      rows_for_wide_warps ? 32 * warp_max_vpl<T>(p.output, vectors, online_on_chip) : 32 * Traits::kMaxVpt;
   if (row_vecs <= warp_vecs) {
     plan.kind = RowsKind::Warp;
     const bool on_grid = grid_softmax_rows<T>(p, s, row_vecs);
@@ -1027,9 +1028,6 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
 
   if (plan.kind == RowsKind::Warp) {
     if (plan.vpt != 1 && plan.vpt != 2 && plan.vpt != 4 && plan.vpt != 8) fail("vpt must be 1, 2, 4 or 8");
-    if (plan.vpt > warp_max_vpl<T>(p.output, s.aligned, online_on_chip)) {
-      fail("vpt above the largest compiled warp kernel for this dtype and output");
-    }
     // Unaligned rows that lse_rows_on_grid allows, and softmax and log_softmax ones under grid=1, are held on the
     // memory's grid, in the slots of their own vectors (FoldedGranule); other unaligned rows element-wise.
     const int64_t row_vecs = ceil_div(s.len, kVec);
@@ -1037,6 +1035,9 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
     const bool grid_softmax = plan.grid == 1 && !s.aligned && p.output != SoftmaxOutput::LogSumExp;
     if (grid_softmax && !grid_softmax_compiled<T>) fail("grid=1 is compiled for float16 and bfloat16 only");
     if (grid_softmax && online_on_chip) fail("grid=1 is compiled for the max-then-sum reduction (safe or auto) only");
+    if (plan.vpt > warp_max_vpl<T>(p.output, s.aligned || grid_softmax, online_on_chip)) {
+      fail("vpt above the largest compiled warp kernel for this dtype and output");
+    }
     const bool on_grid = !s.aligned && (lse_rows_on_grid<T>(p.output) || grid_softmax);
     const bool whole_warp = whole_warp_team<T>(s.aligned, on_grid, plan.vpt);
     if (plan.lanes == 0) {

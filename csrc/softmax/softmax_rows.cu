@@ -131,7 +131,10 @@ RowsKernel<T> warp_kernel(bool aligned, bool pairs, FixedRows fixed, bool on_gri
     } else {
       return warp_kernel_of<T, kVpl, false>(fixed, fold);
     }
-  } else if constexpr (kVpl <= kLseWarpMaxVpl<T>) {  // 16-bit: logsumexp, aligned softmax / log_softmax (warp_max_vpl)
+  } else if constexpr (kVpl <= kLseWarpMaxVpl<T>) {  // 16-bit: logsumexp, softmax / log_softmax as vectors (warp_max_vpl)
+    if (!aligned && on_grid && (fixed == FixedRows::SafeSoftmax || fixed == FixedRows::SafeLogSoftmax)) {
+      return grid_softmax_kernel<T, kVpl>(fixed);
+    }
     if (fixed == FixedRows::SafeLogSumExp) {
       return aligned ? softmax_warp_rows_kernel<T, kVpl, true, FixedRows::SafeLogSumExp>
                      : grid_lse_kernel<T, kVpl>(fold);  // ShiftedRawLoads

@@ -83,10 +83,15 @@ enum class FixedRows { General, SafeSoftmax, SafeLogSoftmax, SafeLogSumExp };
 // (lse_rows_on_grid); softmax and log_softmax of 16-bit rows take Folded under a plan's grid=1, whether the fold is
 // needed or not (softmax_launch.h's grid_softmax_compiled; heuristic_plan's grid_softmax_rows says where).
 enum class GridRows { Off, Grid, Folded };
+// 16-bit softmax and log_softmax rows on the memory's grid at 8 vectors a lane (rows of 1025-2048 elements) hold 64
+// floats a lane, as the aligned ones, and take no bound, as those: under kShiftedLseMinBlocks' 64 registers they spill.
+template <typename T> constexpr bool wide_grid_softmax(int vpl, FixedRows fixed) {
+  return vpl > RowsTraits<T>::kMaxVpt && (fixed == FixedRows::SafeSoftmax || fixed == FixedRows::SafeLogSoftmax);
+}
 // kMany: the same code under kManyScalarRowsMinBlocks' bound (many_scalar_rows_compiled; launched for many rows).
 template <typename T, int kVpl, bool kAligned, FixedRows kFixed = FixedRows::General, bool kPairs = false,
           GridRows kGrid = GridRows::Off, bool kMany = false>
-__global__ void __launch_bounds__(kWarpRowsThreads, kAligned                   ? 0
+__global__ void __launch_bounds__(kWarpRowsThreads, kAligned || wide_grid_softmax<T>(kVpl, kFixed) ? 0
                                                    : kGrid != GridRows::Off ? kShiftedLseMinBlocks
                                                    : kMany                  ? kManyScalarRowsMinBlocks
                                                                              : scalar_rows_min_blocks<T>(kVpl))
@@ -180,8 +185,9 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned                   ?
     } else {
       load_group<T, kVpl, kAligned>(p.x + offset, len, 0, lanes, li, v);
     }
-    // Aligned rows only: the other wide-warp rows (kVpl > kMaxVpt) are logsumexp's, above.
-    const int live = reaches_tail(static_cast<int>(len), lanes) ? kVpl : kHead;
+    // Wide-warp rows (kVpl > kMaxVpt) here: aligned ones (d = 0) and 16-bit ones on the memory's grid (kFold), whose
+    // last d + len slots decide it, as logsumexp's `tail` above (a row that needs the fold reaches the tail).
+    const int live = reaches_tail(static_cast<int>(len) + d, lanes) ? kVpl : kHead;
     const OnlineState<A> row_state = team_row<T, kVpl, kFast, kGuarded>(v, lanes, output, online, live);
     if (output == SoftmaxOutput::LogSumExp) {
       if (valid && li == 0) p.y[row] = from_acc<T>(row_lse(row_state));
@@ -190,7 +196,7 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned                   ?
     if constexpr (kPairs) {
       store_pairs<T, kVpl, kMany>(p.y + offset, len, d, lanes, li, v);
     } else if constexpr (kFold) {
-      store_row_folded<T, kVpl>(p.y + offset, len, d, lanes, li, v);
+      store_row_folded<T, kVpl>(p.y + offset, len, d, lanes, li, v, live);
     } else if constexpr (kOnGrid) {
       store_group_shifted<T, kVpl>(p.y + offset, len, 0, d, lanes, li, v);
     } else {

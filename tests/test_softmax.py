@@ -1240,9 +1240,10 @@ def test_eight_warp_routing_cuda():
 @pytest.mark.cuda
 @requires_cuda
 def test_wide_warp_softmax_routing_cuda():
-    # Where "auto" runs aligned 16-bit softmax and log_softmax rows of 129-256 vectors (1025-2048 elements) on one warp
-    # each at 8 vectors a lane (warp_max_vpl): the max-then-sum reduction (auto, safe) at >= 32 rows per SM; not the
-    # online reduction, fewer rows, fp32, nor unaligned rows (None: not the warp kernel).
+    # Where "auto" runs 16-bit softmax and log_softmax rows of 129-256 vectors (1025-2048 elements) on one warp each at 8
+    # vectors a lane (warp_max_vpl): the max-then-sum reduction (auto, safe) at >= 32 rows per SM, aligned rows and
+    # unaligned ones on the memory's grid (grid=1: test_grid_softmax_routing_cuda); not the online reduction, fewer
+    # rows, fp32, nor unaligned rows off their output's grid (None: not the warp kernel).
     many = 32 * torch.cuda.get_device_properties(0).multi_processor_count
     cases = [  # rows, cols, dtype, op, offset, algorithm: lanes, vpt
         ((many, 1032, "bfloat16", "softmax", 0, "auto"), (32, 8)),
@@ -1251,7 +1252,8 @@ def test_wide_warp_softmax_routing_cuda():
         ((many, 1536, "bfloat16", "softmax", 0, "online"), None),
         ((many - 1, 1032, "bfloat16", "softmax", 0, "auto"), None),
         ((many, 1032, "float32", "softmax", 0, "auto"), None),
-        ((many, 1033, "float16", "softmax", 0, "auto"), None)]
+        ((many, 1033, "float16", "softmax", 0, "auto"), (32, 8)),
+        ((many, 1033, "float16", "softmax", 1, "auto"), None)]
     for (rows, cols, *_), plan, line in _routed_plans(cases):
         assert f"plan: {rows}x{cols} kind=" in line, line
         if plan is None:

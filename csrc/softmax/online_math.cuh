@@ -709,13 +709,12 @@ __device__ __forceinline__ void store_group_shifted(T* row, int64_t len, int64_t
 }
 
 // The store of load_row_folded's row: store_group_shifted's, then lane 0 writes the folded elements (its first
-// vector's places before the row) back to the granule past the team's slots, element by element. live: the vectors a
-// lane stores (store_group_shifted), all where the row needs the fold.
+// vector's places before the row) back to the granule past the team's slots, element by element.
 template <typename T, int kN>
 __device__ __forceinline__ void store_row_folded(T* row, int64_t len, int d, int nt, int t,
-                                                 const acc_t<T> (&v)[kN][RowsTraits<T>::kVec], int live = kN) {
+                                                 const acc_t<T> (&v)[kN][RowsTraits<T>::kVec]) {
   constexpr int kVec = RowsTraits<T>::kVec;
-  store_group_shifted<T, kN>(row, len, 0, d, nt, t, v, live);
+  store_group_shifted<T, kN>(row, len, 0, d, nt, t, v);
   const int past = nt * kN * kVec;
   const int count = FoldedGranule<T>::count_of(ShiftedBounds(len, 0, d), past, t);
   T* group = row - d;  // element o of the group is the row's o - d, whatever grid the output row lies on

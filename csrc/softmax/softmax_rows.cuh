@@ -11,6 +11,7 @@
 #include "common/grid_dependency.cuh"
 #include "softmax/online_math.cuh"
 #include "softmax/packed_lse.cuh"
+#include "softmax/packed_store.cuh"
 #include "softmax/pair_group.cuh"
 #include "softmax/split_exchange.cuh"
 
@@ -83,15 +84,18 @@ enum class FixedRows { General, SafeSoftmax, SafeLogSoftmax, SafeLogSumExp };
 // (lse_rows_on_grid); softmax and log_softmax of 16-bit rows take Folded under a plan's grid=1, whether the fold is
 // needed or not (softmax_launch.h's grid_softmax_compiled; heuristic_plan's grid_softmax_rows says where).
 enum class GridRows { Off, Grid, Folded };
-// 16-bit softmax and log_softmax rows on the memory's grid at 8 vectors a lane (rows of 1025-2048 elements) hold 64
-// floats a lane, as the aligned ones, and take no bound, as those: under kShiftedLseMinBlocks' 64 registers they spill.
-template <typename T> constexpr bool wide_grid_softmax(int vpl, FixedRows fixed) {
-  return vpl > RowsTraits<T>::kMaxVpt && (fixed == FixedRows::SafeSoftmax || fixed == FixedRows::SafeLogSoftmax);
+// Unaligned 16-bit softmax and log_softmax rows on the memory's grid beyond kMaxVpt vectors a lane (rows of 1025-2048
+// elements), held raw (packed_store.cuh), and their bound: 3 blocks of kWarpRowsThreads (80 registers, no spills, local
+// ptxas sm_90a; at kShiftedLseMinBlocks' 4 they spilled 64-112 bytes, unbounded they took 128-225 registers).
+template <typename T> constexpr bool raw_grid_rows(int vpl, GridRows grid, FixedRows fixed) {
+  return grid == GridRows::Folded && vpl > RowsTraits<T>::kMaxVpt && fixed != FixedRows::SafeLogSumExp;
 }
+constexpr int kRawGridRowsMinBlocks = 3;
 // kMany: the same code under kManyScalarRowsMinBlocks' bound (many_scalar_rows_compiled; launched for many rows).
 template <typename T, int kVpl, bool kAligned, FixedRows kFixed = FixedRows::General, bool kPairs = false,
           GridRows kGrid = GridRows::Off, bool kMany = false>
-__global__ void __launch_bounds__(kWarpRowsThreads, kAligned || wide_grid_softmax<T>(kVpl, kFixed) ? 0
+__global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? 0
+                                                   : raw_grid_rows<T>(kVpl, kGrid, kFixed) ? kRawGridRowsMinBlocks
                                                    : kGrid != GridRows::Off ? kShiftedLseMinBlocks
                                                    : kMany                  ? kManyScalarRowsMinBlocks
                                                                              : scalar_rows_min_blocks<T>(kVpl))
@@ -135,6 +139,8 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned || wide_grid_softma
   // 65536x1032 80.4 -> 74.7, 65536x1104 81.9 -> 76.9, 65536x1280 85.9 -> 82.7, 8192x1032 14.5 -> 13.6; log_softmax
   // 65536x1032 79.2 -> 75.4; 1288 and longer level).
   constexpr int kHead = kVpl > RowsTraits<T>::kMaxVpt ? kVpl - 3 : kVpl;
+  // held raw: packed_store.cuh says why (the grid's softmax kernels are folded ones only: grid_softmax_kernel)
+  constexpr bool kRawRows = !kAligned && raw_grid_rows<T>(kVpl, kGrid, kFixed);
   // Whether a row whose team holds it up to `end` element slots (its length, plus its misalignment on the memory's
   // grid) reaches past the head in some lane. Rows here are at most 32 * kVpl * kVec (2048) elements: an int holds it.
   const auto reaches_tail = [](int end, int team_lanes) { return kHead == kVpl || end > kHead * team_lanes * kVec; };
@@ -169,6 +175,19 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned || wide_grid_softma
       if (valid && li == 0) p.y[row] = from_acc<T>(row_lse(OnlineState<A>{ref, sum}));
       continue;
     }
+    if constexpr (kRawRows) {  // 16-bit softmax / log_softmax on the grid beyond kMaxVpt: packed_store.cuh
+      const int d = misalignment(p.x + offset);
+      ShiftedRawLoads<T, kVpl, kFold> g;
+      g.load(p.x + offset, len, d, lanes, li);
+      const bool tail = reaches_tail(static_cast<int>(len) + d, lanes);
+      const A ref = warp_allreduce(packed_max<T>(g.raw), MaxOp{}, lanes);
+      const A sum = warp_allreduce(packed_sum_exp<T, kVpl, kHead>(g.raw, ref, tail), SumOp{}, lanes);
+      const FusedExp2 e = FusedExp2::at<T>(ref);
+      const Epilogue<A, true> epi(output, OnlineState<A>{ref, sum}, ref);
+      store_raw_shifted<T, kVpl, kFold>(p.y + offset, len, d, lanes, li, g.raw, output == SoftmaxOutput::Softmax, e,
+                                        e.correction * epi.scale, epi.shift, tail ? kVpl : kHead);
+      continue;
+    }
     A v[kVpl][kVec];
     // pairs: the row's shift on the pair grid, the output row's as well (the host checks); on the memory's grid: the
     // input row's misalignment
@@ -185,9 +204,8 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned || wide_grid_softma
     } else {
       load_group<T, kVpl, kAligned>(p.x + offset, len, 0, lanes, li, v);
     }
-    // Wide-warp rows (kVpl > kMaxVpt) here: aligned ones (d = 0) and 16-bit ones on the memory's grid (kFold), whose
-    // last d + len slots decide it, as logsumexp's `tail` above (a row that needs the fold reaches the tail).
-    const int live = reaches_tail(static_cast<int>(len) + d, lanes) ? kVpl : kHead;
+    // Aligned rows only: the other wide-warp rows (kVpl > kMaxVpt) are logsumexp's, above.
+    const int live = reaches_tail(static_cast<int>(len), lanes) ? kVpl : kHead;
     const OnlineState<A> row_state = team_row<T, kVpl, kFast, kGuarded>(v, lanes, output, online, live);
     if (output == SoftmaxOutput::LogSumExp) {
       if (valid && li == 0) p.y[row] = from_acc<T>(row_lse(row_state));
@@ -196,7 +214,7 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned || wide_grid_softma
     if constexpr (kPairs) {
       store_pairs<T, kVpl, kMany>(p.y + offset, len, d, lanes, li, v);
     } else if constexpr (kFold) {
-      store_row_folded<T, kVpl>(p.y + offset, len, d, lanes, li, v, live);
+      store_row_folded<T, kVpl>(p.y + offset, len, d, lanes, li, v);
     } else if constexpr (kOnGrid) {
       store_group_shifted<T, kVpl>(p.y + offset, len, 0, d, lanes, li, v);
     } else {

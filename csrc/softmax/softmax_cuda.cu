@@ -494,6 +494,13 @@ constexpr int64_t kWideWarpMinRowsPerSm = 32;  // step 1's rows beyond kMaxVpt v
 // 15.5 -> 12.5; torch 19.5-22.6 on these. The grid lost on rows of 8 vectors (137518x61 18.5 -> 19.7 at 8 x 1, 22.3 at
 // 4 x 2) and on few short rows (4096x127 5.1 / 2.6 streamed -> 5.3 / 3.4); log_softmax and fp16 alike (log_softmax
 // 32896x255 17.7 -> 13.3, 8200x1023 15.2 -> 12.7).
+// Rows of 129-256 vectors (1025-2048 elements) take whole warps of 8 vectors a lane, held raw (packed_store.cuh), where
+// they give every SM kWideWarpMinRowsPerSm rows (warp_max_vpl), and the block kernel's 64-96 threads otherwise. H200,
+// s98 call 7, us cold / streamed, block -> warp: bf16 softmax 65536x1031 116.3 / 114.6 -> 82.0 / 83.4, 131072x1025
+// 225.1 / 222.7 -> 161.5 / 161.0, 65536x1283 107.3 / 105.8 -> 96.3 / 96.4, 32768x1500 57.2 / 56.7 -> 51.8 / 51.1,
+// 16384x2047 42.8 / 42.0 -> 35.6 / 36.4, 8192x1100 19.2 / 16.0 -> 14.1-14.7 / 12.5; log_softmax 65536x1031 117.0 /
+// 115.5 -> 84.5-85.2 / 84.5, 16384x2047 42.5 / 42.0 -> 35.3-35.6 / 36.1; fp16 softmax 65536x1031 117.0 / 115.3 ->
+// 81.5-82.6 / 82.5, but 32768x1999 level cold and 66.0 -> 67.2 streamed.
 constexpr int64_t kGridSoftmaxMinVecs = 9;
 constexpr int64_t kWideTeamMinLanes = 8;
 template <typename T> bool grid_softmax_rows(const SoftmaxProblem& p, const RowsShape& s, int64_t row_vecs) {
@@ -503,7 +510,7 @@ template <typename T> bool grid_softmax_rows(const SoftmaxProblem& p, const Rows
 }
 
 // The teams of grid_softmax_rows and half_team_rows: the fewest lanes, at least kWideTeamMinLanes, that leave each lane
-// at most kMaxVpt = 4 of a row's row_vecs (<= 128) vectors.
+// at most kMaxVpt = 4 of a row's row_vecs (<= 128) vectors; 32 beyond.
 int wide_team_lanes(int64_t row_vecs) {
   return static_cast<int>(std::clamp<int64_t>(next_pow2(ceil_div(row_vecs, 4)), kWideTeamMinLanes, 32));
 }
@@ -682,8 +689,9 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
   //    s60 call 3, us cold / streamed: fp32 65536x127 on 16 lanes x 8 values 21.1 / 19.6 against 24.1 / 22.5
   //    on 32 x 4, torch 22.0 / 20.0; 65536x97 20.1 / 17.4 against 23.6 / 21.4; 65536x61 13.1 / 11.3 against
   //    13.6 / 11.7).
-  //    Rows beyond kMaxVpt vectors a lane (16-bit rows of 1025-2048 elements: logsumexp, and aligned softmax and
-  //    log_softmax under the max-then-sum reduction) take the warp kernel only where they give every SM
+  //    Rows beyond kMaxVpt vectors a lane (16-bit rows of 1025-2048 elements: logsumexp, and softmax and log_softmax
+  //    under the max-then-sum reduction, aligned or on the memory's grid: grid_softmax_rows says why the latter since
+  //    s98) take the warp kernel only where they give every SM
   //    kWideWarpMinRowsPerSm warps: fewer, and the 64-thread blocks' two warps a row finish sooner (H200 A/B, s83 call
   //    1, logsumexp, bf16 us cold / streamed, warp vs block: 32768x2000 35.1 / 32.9 vs 43.4 / 40.8, 8192x1032 10.9 /
   //    7.4 vs 13.8 / 10.4, but 4096x2048 9.7 / 6.9 vs 9.2 / 7.0 and 100x2000 5.4 / 2.4 vs 4.9 / 1.9; s89 call 1,

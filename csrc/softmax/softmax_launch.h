@@ -42,10 +42,11 @@ template <typename T> struct RowsTraits {
 // The most vectors a lane the warp kernel holds for an output: RowsTraits' kMaxVpt, and 8 for logsumexp of 16-bit rows,
 // whose lanes keep them raw (packed_lse.cuh: 8 vectors in 32 registers), and for 16-bit softmax and log_softmax rows
 // held as 16-byte vectors (`vectors`: aligned, or unaligned on the memory's grid under a plan's grid=1) under the
-// max-then-sum reduction (held as floats, 64 a lane: 80 registers, no spills), so rows of up to 2048 elements can run on
-// one warp each instead of the block kernel's 64-thread blocks (two block reductions a row); heuristic_plan gives them
-// the warp only where there are rows enough (kWideWarpMinRowsPerSm). Unaligned logsumexp rows there are held as vectors
-// on the memory's grid (ShiftedRawLoads; lse_rows_on_grid).
+// max-then-sum reduction (aligned ones held as floats, 64 a lane; those on the grid raw, packed_store.cuh; 80
+// registers, no spills, both), so rows of up to 2048 elements can run on one warp each instead of the block kernel's
+// 64-thread blocks (two block reductions a row); heuristic_plan gives them the warp only where there are rows enough
+// (kWideWarpMinRowsPerSm). Unaligned logsumexp rows there are held as vectors on the memory's grid (ShiftedRawLoads;
+// lse_rows_on_grid).
 template <typename T> constexpr int kLseWarpMaxVpl = sizeof(T) == 2 ? 8 : RowsTraits<T>::kMaxVpt;
 template <typename T> constexpr int warp_max_vpl(SoftmaxOutput output, bool vectors, bool online) {
   return output == SoftmaxOutput::LogSumExp || (vectors && !online) ? kLseWarpMaxVpl<T> : RowsTraits<T>::kMaxVpt;
@@ -169,7 +170,8 @@ template <typename T> constexpr bool many_scalar_rows(int64_t blocks, int64_t sm
 // the 16-bit 8-vector one (ShiftedRawLoads): 4 (<= 64 registers, no spills, local ptxas, s83); unbounded it took
 // 79-80, and at 5 (<= 48) it spilled 12 bytes. The fp32 ones fit too, and the folded ones of both (at most 64, no
 // spills, local ptxas, s86), and so do the 16-bit softmax and log_softmax kernels on the grid, which take the same
-// bound (35-64 registers, no spills, local ptxas sm_90a and sm_80, s87), but at 8 vectors a lane (wide_grid_softmax).
+// bound (35-64 registers, no spills, local ptxas sm_90a and sm_80, s87) up to kMaxVpt vectors a lane (at 8:
+// softmax_rows.cuh's kRawGridRowsMinBlocks). Not timed against the others yet.
 constexpr int kShiftedLseMinBlocks = 4;
 constexpr int kMaxBlockThreads = 1024;   // block-per-chunk kernel: any multiple of 32 up to this
 constexpr int kSplitThreads = 512;       // rows needing more threads than this (at the large vpt) split

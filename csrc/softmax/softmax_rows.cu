@@ -1,6 +1,6 @@
 // Launchers of the row-cached kernels: map (vectors per thread, aligned) onto the compiled instantiations.
-// Instantiated per dtype: warp kernel for 1, 2, 4 (and 8 where RowsTraits allows, and for logsumexp of 16-bit rows,
-// aligned and on the memory's grid: kLseWarpMaxVpl) vectors per lane (logsumexp of unaligned 16-bit and fp32 rows on
+// Instantiated per dtype: warp kernel for 1, 2, 4 (and 8 where RowsTraits allows, and for 16-bit rows of logsumexp
+// and of softmax and log_softmax, aligned and on the memory's grid: kLseWarpMaxVpl) vectors per lane (logsumexp of unaligned 16-bit and fp32 rows on
 // the memory's grid too: lse_rows_on_grid; 16-bit softmax and log_softmax of unaligned rows at 1 vector and fp32
 // log_softmax at 2 twice, once bound for many rows: many_scalar_rows_compiled), block
 // kernel for RowsTraits' small and large vectors per thread, each aligned and scalar (and at the large size the
@@ -131,7 +131,7 @@ RowsKernel<T> warp_kernel(bool aligned, bool pairs, FixedRows fixed, bool on_gri
     } else {
       return warp_kernel_of<T, kVpl, false>(fixed, fold);
     }
-  } else if constexpr (kVpl <= kLseWarpMaxVpl<T>) {  // 16-bit: logsumexp, softmax / log_softmax as vectors (warp_max_vpl)
+  } else if constexpr (kVpl <= kLseWarpMaxVpl<T>) {  // 16-bit: logsumexp, and softmax / log_softmax as vectors
     if (!aligned && on_grid && (fixed == FixedRows::SafeSoftmax || fixed == FixedRows::SafeLogSoftmax)) {
       return grid_softmax_kernel<T, kVpl>(fixed);
     }

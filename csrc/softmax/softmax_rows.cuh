@@ -54,8 +54,9 @@ __device__ __forceinline__ OnlineState<acc_t<T>> team_row(acc_t<T> (&v)[kVpl][Ro
 // a team of 2^p.lanes_log2 lanes (a power of two, aligned within the warp) owns one row, so a block owns
 // blockDim.x / lanes consecutive rows and walks row groups grid-stride. Each lane holds kVpl vectors of kVec elements:
 // len <= lanes * kVpl * kVec (rows on the memory's grid too: the granule past the slots is folded into them,
-// FoldedGranule). Reductions are xor-shuffles inside the team. Teams past the last row run the shuffles (the warp must) but touch no memory (rows on
-// the memory's grid: at most a read of the granule that holds the tensor's first element, all of it masked).
+// FoldedGranule). Reductions are xor-shuffles inside the team. Teams past the last row run the shuffles (the warp must)
+// but touch no memory (rows on the memory's grid: at most a read of the granule that holds the tensor's first element,
+// all of it masked).
 // Unaligned rows (a length that is not a multiple of kVec, or a base off the 16-byte grid) take load_group's
 // element-wise layout, or where it paid (pair_rows_pay) element pairs (kPairs, pair_group.cuh); logsumexp of 16-bit
 // and fp32 rows excepted, held on the memory's grid (16-bit: ShiftedRawLoads, fp32: load_row_folded; lse_rows_on_grid

@@ -1240,8 +1240,8 @@ def test_eight_warp_routing_cuda():
 @pytest.mark.cuda
 @requires_cuda
 def test_wide_warp_softmax_routing_cuda():
-    # Where "auto" runs 16-bit softmax and log_softmax rows of 129-256 vectors (1025-2048 elements) on one warp each at 8
-    # vectors a lane (warp_max_vpl): the max-then-sum reduction (auto, safe) at >= 32 rows per SM, aligned rows and
+    # Where "auto" runs 16-bit softmax and log_softmax rows of 129-256 vectors (1025-2048 elements) on one warp each
+    # at 8 vectors a lane (warp_max_vpl): the max-then-sum reduction (auto, safe) at >= 32 rows per SM, aligned rows and
     # unaligned ones on the memory's grid (grid=1: test_grid_softmax_routing_cuda); not the online reduction, fewer
     # rows, fp32, nor unaligned rows off their output's grid (None: not the warp kernel).
     many = 32 * torch.cuda.get_device_properties(0).multi_processor_count
@@ -1698,9 +1698,9 @@ def test_forced_config_errors_cuda(config, message):
 @pytest.mark.cuda
 @requires_cuda
 def test_forced_warp_vpt_beyond_the_op_errors_cuda():
-    # 8 vectors a lane are compiled for 16-bit rows only, for logsumexp and for aligned softmax and log_softmax rows
-    # (warp_max_vpl), and not for fp64 at all: unaligned bf16 softmax and fp64 logsumexp forced there are errors naming
-    # it, not launches without a kernel.
+    # 8 vectors a lane are compiled for 16-bit rows only, for logsumexp and for softmax and log_softmax rows aligned or
+    # on the memory's grid (grid=1; warp_max_vpl), and not for fp64 at all: unaligned bf16 softmax off the grid (grid=0)
+    # and fp64 logsumexp forced there are errors naming it, not launches without a kernel.
     for x_expr, op in (("torch.randn(64, 1023, device='cuda', dtype=torch.bfloat16)", "softmax"),
                        ("torch.randn(64, 256, device='cuda', dtype=torch.float64)", "logsumexp")):
         out = softmax_error_in_fresh_process(x_expr, -1, "RuntimeError", op, FAE_SOFTMAX_CONFIG="kind=warp,vpt=8")

@@ -643,8 +643,8 @@ template <typename T> struct FoldedGranule {
       : count(count_of(b, past, t)) {
     raw = count > 0 ? load16(group + past) : neg_inf_vector<T>();
   }
-  // The row elements at the granule's head that lane t folds in (lane 0 only; <= d): also where store_row_folded puts
-  // them back.
+  // The row elements at the granule's head that lane t folds in (lane 0 only; <= d): also where store_row_folded and
+  // store_raw_shifted (packed_store.cuh) put them back.
   static __device__ __forceinline__ int count_of(const ShiftedBounds& b, int past, int t) {
     return t == 0 ? b.hi - past : 0;
   }

@@ -1,10 +1,11 @@
 #pragma once
 // logsumexp's reduction of a 16-bit row group held raw (GroupLoads: 16-byte vectors, -inf where the row has no
 // element): the max on packed pairs, then the sum of exp(x - ref) by the fused exponential, each element widened once.
-// For the row kernels' logsumexp instantiations (softmax_rows.cuh). Why: they are bound by instruction issue on 16-bit
-// rows (ncu, s82 call 1, bf16 32768x2000 on the block kernel: issue slots 71 % busy, DRAM 59 %), and widening a group
-// before its max cost per element a -inf default, a conversion, a compare, a subtract and a multiply besides the
-// exponential and the add (56 SASS instructions per bf16 vector against 40 here).
+// For the row kernels' logsumexp instantiations (softmax_rows.cuh), and their softmax and log_softmax rows held raw on
+// the memory's grid beyond kMaxVpt vectors a lane (packed_store.cuh writes those rows' outputs). Why: they are bound
+// by instruction issue on 16-bit rows (ncu, s82 call 1, bf16 32768x2000 on the block kernel: issue slots 71 % busy,
+// DRAM 59 %), and widening a group before its max cost per element a -inf default, a conversion, a compare, a subtract
+// and a multiply besides the exponential and the add (56 SASS instructions per bf16 vector against 40 here).
 #include "softmax/online_math.cuh"
 
 namespace flash_attn_ext {
@@ -74,8 +75,9 @@ __device__ __forceinline__ float packed_sum_exp(const uint4 (&raw)[kN], float re
 // (its 16 bytes lie in one 16-byte granule that holds an element of the row: load_group_shifted says why that is safe)
 // with the elements outside the row set to -inf; kFold: a last granule past the team's slots is folded into lane 0's
 // first vector (FoldedGranule). For logsumexp of unaligned 16-bit rows on the warp kernel, at any team width and
-// vectors a lane that hold the row's own vectors (lse_rows_on_grid): the row then takes the aligned rows' packed
-// reduction (packed_max, packed_sum_exp) at the aligned rows' vectors.
+// vectors a lane that hold the row's own vectors (lse_rows_on_grid), and for softmax and log_softmax ones at 8 vectors
+// a lane (packed_store.cuh): the row then takes the aligned rows' packed reduction (packed_max, packed_sum_exp) at the
+// aligned rows' vectors.
 template <typename T, int kN, bool kFold> struct ShiftedRawLoads {
   static constexpr int kVec = RowsTraits<T>::kVec;
   uint4 raw[kN];

@@ -30,7 +30,7 @@ __device__ __forceinline__ void store_raw_shifted(T* row, int64_t len, int d, in
   for (int s = 0; s < kN; ++s) {
     if (s >= live) break;
     const int o = t * kVec + s * stride;
-    if (o + kVec <= b.lo || o >= b.hi) continue;  // no element of the row (lane 0's first vector always has one)
+    if (o + kVec <= b.lo || o >= b.hi) continue;  // no element of the row (lane 0's first has one where len > 0)
     float y[kVec];
     VecIO<T>::unpack(raw[s], y);
 #pragma unroll

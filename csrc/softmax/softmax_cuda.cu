@@ -487,7 +487,7 @@ constexpr int64_t kWideWarpMinRowsPerSm = 32;  // step 1's rows beyond kMaxVpt v
 // Step 1's softmax and log_softmax rows held on the memory's grid, folded (plan.grid = 1; grid_softmax_compiled):
 // 16-bit unaligned rows of more than 8 vectors whose output lies on the input's grid, rows of at most 32 vectors (teams
 // of 8 lanes) only where they give every SM kWideWarpMinRowsPerSm rows. Their teams are the fewest lanes, and at least
-// 8, that leave each lane <= 4 vectors. H200, s87 calls 1-2, bf16 softmax of 16 MB, us cold, auto (element-wise or
+// 8, that leave each lane <= 4 vectors (rows of up to 128 vectors; longer ones: below). H200, s87 calls 1-2, bf16 softmax of 16 MB, us cold, auto (element-wise or
 // pairs) -> grid, lanes x vectors: 86480x97 20.4 -> 18.5 (8 x 2), 66052x127 17.1 -> 15.5 (8 x 2; 4 x 4: 18.2),
 // 43919x191 20.5 -> 15.3 (8 x 4; 16 x 2: 19.1), 32896x255 17.5 -> 14.0 (8 x 4), 26296x319 17.6 -> 17.9 (16 x 4),
 // 21902x383 16.1 -> 15.5 (16 x 4; 32 x 2: 19.4), 16416x511 14.8 -> 12.9, 10936x767 18.6 -> 15.2 (32 x 4), 8200x1023

@@ -196,7 +196,7 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? 0
     if constexpr (kPairs) {
       d = valid ? pair_shift(p.x + offset) : 0;
       load_pairs<T, kVpl, kMany>(p.x + offset, len, d, lanes, li, v);
-    } else if constexpr (kFold) {  // fp32 lse, 16-bit softmax / log_softmax on the grid, edges -inf (16-bit lse: above)
+    } else if constexpr (kFold) {  // fp32 lse, 16-bit softmax / log_softmax on the grid up to kMaxVpt (the rest: above)
       d = misalignment(p.x + offset);
       load_row_folded<T, kVpl>(p.x + offset, len, d, lanes, li, v);
     } else if constexpr (kOnGrid) {
@@ -205,7 +205,7 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? 0
     } else {
       load_group<T, kVpl, kAligned>(p.x + offset, len, 0, lanes, li, v);
     }
-    // Aligned rows only: the other wide-warp rows (kVpl > kMaxVpt) are logsumexp's, above.
+    // Aligned rows only: the other wide-warp rows (kVpl > kMaxVpt), logsumexp's and kRawRows, are above.
     const int live = reaches_tail(static_cast<int>(len), lanes) ? kVpl : kHead;
     const OnlineState<A> row_state = team_row<T, kVpl, kFast, kGuarded>(v, lanes, output, online, live);
     if (output == SoftmaxOutput::LogSumExp) {

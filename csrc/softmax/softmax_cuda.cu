@@ -487,13 +487,13 @@ constexpr int64_t kWideWarpMinRowsPerSm = 32;  // step 1's rows beyond kMaxVpt v
 // Step 1's softmax and log_softmax rows held on the memory's grid, folded (plan.grid = 1; grid_softmax_compiled):
 // 16-bit unaligned rows of more than 8 vectors whose output lies on the input's grid, rows of at most 32 vectors (teams
 // of 8 lanes) only where they give every SM kWideWarpMinRowsPerSm rows. Their teams are the fewest lanes, and at least
-// 8, that leave each lane <= 4 vectors (rows of up to 128 vectors; longer ones: below). H200, s87 calls 1-2, bf16 softmax of 16 MB, us cold, auto (element-wise or
-// pairs) -> grid, lanes x vectors: 86480x97 20.4 -> 18.5 (8 x 2), 66052x127 17.1 -> 15.5 (8 x 2; 4 x 4: 18.2),
-// 43919x191 20.5 -> 15.3 (8 x 4; 16 x 2: 19.1), 32896x255 17.5 -> 14.0 (8 x 4), 26296x319 17.6 -> 17.9 (16 x 4),
-// 21902x383 16.1 -> 15.5 (16 x 4; 32 x 2: 19.4), 16416x511 14.8 -> 12.9, 10936x767 18.6 -> 15.2 (32 x 4), 8200x1023
-// 15.5 -> 12.5; torch 19.5-22.6 on these. The grid lost on rows of 8 vectors (137518x61 18.5 -> 19.7 at 8 x 1, 22.3 at
-// 4 x 2) and on few short rows (4096x127 5.1 / 2.6 streamed -> 5.3 / 3.4); log_softmax and fp16 alike (log_softmax
-// 32896x255 17.7 -> 13.3, 8200x1023 15.2 -> 12.7).
+// 8, that leave each lane <= 4 vectors (rows of up to 128 vectors; longer ones: below). H200, s87 calls 1-2, bf16
+// softmax of 16 MB, us cold, auto (element-wise or pairs) -> grid, lanes x vectors: 86480x97 20.4 -> 18.5 (8 x 2),
+// 66052x127 17.1 -> 15.5 (8 x 2; 4 x 4: 18.2), 43919x191 20.5 -> 15.3 (8 x 4; 16 x 2: 19.1), 32896x255 17.5 -> 14.0 (8
+// x 4), 26296x319 17.6 -> 17.9 (16 x 4), 21902x383 16.1 -> 15.5 (16 x 4; 32 x 2: 19.4), 16416x511 14.8 -> 12.9,
+// 10936x767 18.6 -> 15.2 (32 x 4), 8200x1023 15.5 -> 12.5; torch 19.5-22.6 on these. The grid lost on rows of 8 vectors
+// (137518x61 18.5 -> 19.7 at 8 x 1, 22.3 at 4 x 2) and on few short rows (4096x127 5.1 / 2.6 streamed -> 5.3 / 3.4);
+// log_softmax and fp16 alike (log_softmax 32896x255 17.7 -> 13.3, 8200x1023 15.2 -> 12.7).
 // Rows of 129-256 vectors (1025-2048 elements) take whole warps of 8 vectors a lane, held raw (packed_store.cuh), where
 // they give every SM kWideWarpMinRowsPerSm rows (warp_max_vpl), and the block kernel's 64-96 threads otherwise. H200,
 // s98 call 7, us cold / streamed, block -> warp: bf16 softmax 65536x1031 116.3 / 114.6 -> 82.0 / 83.4, 131072x1025

@@ -153,7 +153,8 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? 0
     const int64_t len = valid ? p.len : 0;  // an empty row reads as -inf and stores nothing
     const int64_t offset = valid ? row * p.len : 0;
 
-    if constexpr (kFixed == FixedRows::SafeLogSumExp && kFastExp<T>) {  // 16-bit rows: packed_lse.cuh
+    // 16-bit logsumexp rows, and kRawRows: held raw, reduced on packed pairs (packed_lse.cuh)
+    if constexpr ((kFixed == FixedRows::SafeLogSumExp && kFastExp<T>) || kRawRows) {
       // Aligned rows as 16-byte vectors of the row; unaligned ones (kOnGrid) as vectors on the memory's grid, the
       // row's edges masked to -inf.
       uint4 raw[kVpl];
@@ -173,20 +174,14 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? 0
       const bool tail = reaches_tail(static_cast<int>(len) + d, lanes);
       const A ref = warp_allreduce(packed_max<T>(raw), MaxOp{}, lanes);
       const A sum = warp_allreduce(packed_sum_exp<T, kVpl, kHead>(raw, ref, tail), SumOp{}, lanes);
-      if (valid && li == 0) p.y[row] = from_acc<T>(row_lse(OnlineState<A>{ref, sum}));
-      continue;
-    }
-    if constexpr (kRawRows) {  // 16-bit softmax / log_softmax on the grid beyond kMaxVpt: packed_store.cuh
-      const int d = misalignment(p.x + offset);
-      ShiftedRawLoads<T, kVpl, kFold> g;
-      g.load(p.x + offset, len, d, lanes, li);
-      const bool tail = reaches_tail(static_cast<int>(len) + d, lanes);
-      const A ref = warp_allreduce(packed_max<T>(g.raw), MaxOp{}, lanes);
-      const A sum = warp_allreduce(packed_sum_exp<T, kVpl, kHead>(g.raw, ref, tail), SumOp{}, lanes);
-      const FusedExp2 e = FusedExp2::at<T>(ref);
-      const Epilogue<A, true> epi(output, OnlineState<A>{ref, sum}, ref);
-      store_raw_shifted<T, kVpl, kFold>(p.y + offset, len, d, lanes, li, g.raw, output == SoftmaxOutput::Softmax, e,
-                                        e.correction * epi.scale, epi.shift, tail ? kVpl : kHead);
+      if constexpr (kRawRows) {  // softmax / log_softmax on the grid beyond kMaxVpt: packed_store.cuh
+        const FusedExp2 e = FusedExp2::at<T>(ref);
+        const Epilogue<A, true> epi(output, OnlineState<A>{ref, sum}, ref);
+        store_raw_shifted<T, kVpl, kFold>(p.y + offset, len, d, lanes, li, raw, output == SoftmaxOutput::Softmax, e,
+                                          e.correction * epi.scale, epi.shift, tail ? kVpl : kHead);
+      } else if (valid && li == 0) {
+        p.y[row] = from_acc<T>(row_lse(OnlineState<A>{ref, sum}));
+      }
       continue;
     }
     A v[kVpl][kVec];

@@ -51,7 +51,7 @@ def impls(fae, op):
 def point_impls(fae, op, algorithm):
     """Ours at one algorithm ("fae" for logsumexp, which has none) and torch's op: a --points point."""
     if op == "logsumexp":
-        return [("fae", lambda x: fae.logsumexp(x, -1)), ("torch", lambda x: torch.logsumexp(x, -1))]
+        return impls(fae, op)
     return [(f"fae:{algorithm}", lambda x: getattr(fae, op)(x, -1, algorithm=algorithm)),
             ("torch", lambda x: getattr(torch, op)(x, -1))]
 
@@ -73,32 +73,31 @@ def parse_points(text):
     return points
 
 
-def print_kernels(fn, x, what):
-    """The CUDA kernels one call of fn(x) launches (torch.profiler)."""
+def cuda_events(calls):
+    """The CUDA events (kernels, copies, fills) that calls() enqueues, once they have run (torch.profiler)."""
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        fn(x)
+        calls()
         torch.cuda.synchronize()
-    names = sorted({e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA})
+    return [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+
+
+def print_kernels(fn, x, what):
+    """The CUDA kernels one call of fn(x) launches."""
+    names = sorted({e.name for e in cuda_events(lambda: fn(x))})
     print(f"{what} kernels: {' | '.join(n[:160] for n in names)}", flush=True)
 
 
 def print_kernel_times(timer, fns, names, x, what, reps=20):
     """Mean device time (us) of each fn's CUDA kernels a call, each call after the cold method's flush (torch.profiler;
     the flush's own kernels, profiled alone first, left out): the cold median less this is the call's start-up."""
-    def profiled(calls):
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-            calls()
-            torch.cuda.synchronize()
-        return [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-
-    flush_names = {e.name for e in profiled(lambda: [timer.flush() for _ in range(3)])}
+    flush_names = {e.name for e in cuda_events(lambda: [timer.flush() for _ in range(3)])}
     parts = []
     for name, fn in zip(names, fns):
         def calls(fn=fn):
             for _ in range(reps):
                 timer.flush()
                 fn(x)
-        kernels = [e for e in profiled(calls) if e.name not in flush_names]
+        kernels = [e for e in cuda_events(calls) if e.name not in flush_names]
         parts.append(f"{name} {sum(e.device_time for e in kernels) / reps:.2f} us ({len(kernels) // reps} a call)")
     print(f"{what} kernel time a call: {', '.join(parts)}", flush=True)
 

@@ -24,10 +24,9 @@ for round in $(seq "${ROUNDS:-2}"); do
   for cfg in "$@"; do
     env_cfg=(); [[ $cfg != auto ]] && env_cfg=("FAE_SOFTMAX_CONFIG=$cfg")
     echo "--- $cfg round $round" >> "$L/main.log"
-    env "${env_cfg[@]}" python3 benchmarks/bench_softmax.py --points "$POINTS" --results-dir "$R" \
-      > "$L/run_${round}_$(echo "$cfg" | tr -c 'a-z0-9\n' '_').log" 2>&1
-    grep -E "^(softmax|log_softmax|logsumexp) +fae" "$L"/run_"${round}"_"$(echo "$cfg" | tr -c 'a-z0-9\n' '_')".log \
-      >> "$L/main.log"
+    log="$L/run_${round}_$(echo "$cfg" | tr -c 'a-z0-9\n' '_').log"
+    env "${env_cfg[@]}" python3 benchmarks/bench_softmax.py --points "$POINTS" --results-dir "$R" > "$log" 2>&1
+    grep -E "^(softmax|log_softmax|logsumexp) +fae" "$log" >> "$L/main.log"
   done
 done
 rm -rf "$R"

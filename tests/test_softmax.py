@@ -732,6 +732,42 @@ def test_large_magnitude_rows_cuda(dtype, shape):
     check_logsumexp_by_row(x, dtype)
 
 
+
+FORCED_RAW_WIDE_LARGE_CHECK = """
+import torch
+import flash_attn_ext as fae
+import test_softmax as t
+for dtype in (torch.bfloat16, torch.float16):
+    rtol, atol = t.LARGE_ROW_TOL[dtype]
+    # d + len past the wide warp's first 5 vectors a lane (1031 at +1, 2047, 2045 at +3: folded on most shifts) and
+    # within them (1277 at +3: the last 3 skipped)
+    for length, offset in ((1031, 1), (2047, 0), (1277, 3), (2045, 3)):
+        flat = t.large_magnitude_rows((67, length + 1), dtype).flatten()
+        x = flat[offset:offset + 67 * length].view(67, length)  # rows off the grid by d = offset + row parity
+        for op, ref_fn, torch_fn in t.ROW_OPS:
+            t.poison("cuda", x.numel() * x.element_size())
+            out, ref, base = op(x, -1), ref_fn(x, -1), torch_fn(x, -1)
+            for r in range(x.shape[0]):
+                t.check_against_reference(out[r], ref[r], base[r], dtype, f"{op.__name__} {length} +{offset} row {r}")
+            if op is fae.softmax:
+                err = (out.double() - ref).abs()
+                bad = (err > rtol * ref.abs() + atol).nonzero()
+                assert bad.numel() == 0, f"softmax x{length}: {bad.shape[0]} elements off, first {bad[:4].tolist()}"
+print("checked")
+"""
+
+
+@pytest.mark.cuda
+@requires_cuda
+def test_large_magnitude_raw_wide_warp_rows_cuda():
+    # Unaligned 16-bit rows of 1025-2048 elements held raw on one warp (grid=1 at 8 vectors a lane: packed_store.cuh),
+    # at large_magnitude_rows' magnitudes, where fp16's FusedExp2 correction (2^-r, |r| <= 2^-8 at |m| = 6e4) scales the
+    # softmax output and a dropped or doubled one shows: every row against fp64 and torch, softmax elementwise within
+    # LARGE_ROW_TOL.
+    child = run_in_fresh_python(FORCED_RAW_WIDE_LARGE_CHECK, timeout=None, FAE_SOFTMAX_CONFIG="kind=warp,vpt=8,grid=1")
+    assert child.returncode == 0 and "checked" in child.stdout, child.stderr[-3000:]
+
+
 WIDE_WARP_ROWS_PER_SM = 32  # softmax_cuda.cu: kWideWarpMinRowsPerSm
 
 

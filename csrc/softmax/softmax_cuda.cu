@@ -711,12 +711,11 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
   const bool grid_rows = !s.aligned && lse_rows_on_grid<T>(p.output);
   // unaligned rows off the grid: 32 * kMaxVpt (warp_max_vpl is kMaxVpt for them)
   const bool online_on_chip = p.algorithm == SoftmaxAlgorithm::Online;
-  const bool vectors = s.aligned || grid_softmax_rows<T>(p, s, row_vecs);
+  const bool on_grid = grid_softmax_rows<T>(p, s, row_vecs);
   const int64_t warp_vecs =
-      rows_for_wide_warps ? 32 * warp_max_vpl<T>(p.output, vectors, online_on_chip) : 32 * Traits::kMaxVpt;
+      rows_for_wide_warps ? 32 * warp_max_vpl<T>(p.output, s.aligned || on_grid, online_on_chip) : 32 * Traits::kMaxVpt;
   if (row_vecs <= warp_vecs) {
     plan.kind = RowsKind::Warp;
-    const bool on_grid = grid_softmax_rows<T>(p, s, row_vecs);
     if (on_grid || half_team_rows<T>(p, s, row_vecs)) {  // 8-32 lanes of <= 4 vectors
       plan.grid = on_grid ? 1 : 0;
       plan.lanes = wide_team_lanes(row_vecs);

@@ -733,6 +733,49 @@ def test_large_magnitude_rows_cuda(dtype, shape):
 
 
 
+# fp32 / fp64 shapes for the kernel kinds "auto" picks on an sm_90 part of >= 100 SMs (and safe / online: the
+# streaming kernels on the long rows): warp (128; 97 unaligned), block (4097), the column kernel (dim 0); on CUDA only,
+# resident (whole rows of 160 KB), dual (whole rows of 300 KB, split rows of 800 KB), pipelined split (1_000_000).
+OFFSET_ROW_SHAPES = [((40, 128), -1), ((40, 97), -1), ((10, 4097), -1), ((2000, 5), 0)]
+OFFSET_LONG_ROW_SHAPES = [((100, 40000), -1), ((150, 75000), -1), ((67, 200_000), -1), ((3, 1_000_000), -1)]
+
+
+def _offset_shape_id(v):
+    return "x".join(map(str, v)) if isinstance(v, tuple) else f"dim{v}"
+
+
+def _run_offset_rows(device, dtype, algorithm, shape, dim):
+    # Rows of randn * 3 offset by 0, +-300 and +-3000: log_softmax's x - (m + log d) with m + log d rounded to one
+    # fp32 value was off by ~1e-5 relative at 3000 (over the 1e-6 bound; 5-9e-7 at 300 against torch's 2.6e-8) until
+    # the CUDA kernels formed (x - m) - log d, as torch and the CPU kernels do (online_math.cuh, Epilogue).
+    offsets = torch.tensor([0.0, 300.0, -3000.0, 3000.0, -300.0], dtype=torch.float64)
+    lines = shape[dim]  # the reduced dim's length; the offset is per line along it
+    count = math.prod(shape) // lines
+    x = torch.randn(count, lines, dtype=torch.float64) * 3 + offsets.repeat(count // 5 + 1)[:count, None]
+    x = (x if dim == -1 else x.t()).to(device=device, dtype=dtype).contiguous()
+    assert tuple(x.shape) == shape
+    for op, ref_fn, torch_fn in ROW_AND_LSE_OPS:
+        poison(device, x.numel() * x.element_size())
+        out = op(x, dim) if op is fae.logsumexp else op(x, dim, algorithm=algorithm)
+        check_against_reference(out, ref_fn(x, dim), torch_fn(x, dim), dtype, f"{op.__name__}{shape} dim {dim}")
+
+
+@pytest.mark.parametrize("shape, dim", OFFSET_ROW_SHAPES, ids=_offset_shape_id)
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("device", DEVICES)
+def test_offset_rows_full_precision(device, dtype, algorithm, shape, dim):
+    _run_offset_rows(device, dtype, algorithm, shape, dim)
+
+
+@pytest.mark.cuda
+@requires_cuda
+@pytest.mark.parametrize("shape, dim", OFFSET_LONG_ROW_SHAPES, ids=_offset_shape_id)
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_offset_rows_full_precision_long_cuda(dtype, algorithm, shape, dim):
+    _run_offset_rows("cuda", dtype, algorithm, shape, dim)
+
 FORCED_RAW_WIDE_LARGE_CHECK = """
 import torch
 import flash_attn_ext as fae

@@ -724,18 +724,27 @@ __device__ __forceinline__ void store_row_folded(T* row, int64_t len, int d, int
   }
 }
 
-// The per-element epilogue of softmax / log_softmax once the row's (m, d) is known. `ref` is the max the
-// thread's cached terms were taken against: softmax y = rescale(x, ref) * scale, log_softmax y = x - shift.
-// kFastRecip (float only) takes 1 / d as __fdividef(1, d): within 2 ulp, since d >= 1 whenever it is finite
-// (the max element contributes exp(0) = 1) and NaN when poisoned. The warp kernel uses it for 16-bit
+// The per-element epilogue of softmax / log_softmax once the row's (m, d) is known, for elements of type T. `ref` is
+// the max the thread's cached terms were taken against: softmax y = rescale(x, ref) * scale, log_softmax
+// y = x - (m + log d). kFastRecip (float only) takes 1 / d as __fdividef(1, d): within 2 ulp, since d >= 1 whenever it
+// is finite (the max element contributes exp(0) = 1) and NaN when poisoned. The warp kernel uses it for 16-bit
 // outputs, whose 8-11 bits cannot see it, because the IEEE division's range checks sit on the critical path
 // of one-wave calls (bf16 65536x128: ~0.15 us of a 10.3 us kernel, s15). The other kernels divide once per
 // item, and the same change there moved the fp32 pipelined kernel both ways (1024x32768 8 % slower,
 // 8x4194304 3 % faster: NOTES, "s15 ab").
-template <typename A, bool kFastRecip = false> struct Epilogue {
+// kSplitShift: where the output keeps the accumulator's precision (fp32, fp64), log_softmax is (x - m) - log d, two
+// subtractions, as torch computes it. m + log d rounded to one value is off by up to half an ulp of m, which for
+// |m| in the thousands is ~1e-4 absolute, ~1e-5 relative to outputs of magnitude ~10 (H200, NOTES "s99 call 2":
+// fp32 rows offset by 300 read 5-9e-7 against torch's 2.6e-8, by 3000 over the tests' 1e-6); x - m is exact for x
+// within a factor of 2 of m. 16-bit outputs keep 8 or 11 bits, far coarser than that rounding: one subtraction.
+// Acc: the accumulator, acc_t<T> but in the column kernel (fp32 columns accumulate in fp64).
+template <typename T, bool kFastRecip = false, typename Acc = acc_t<T>> struct Epilogue {
+  using A = Acc;
+  static constexpr bool kSplitShift = sizeof(T) == sizeof(A);
   bool softmax;
   A scale;
-  A shift;
+  A shift;     // log_softmax: m + log d (kSplitShift: m)
+  A shift_lo;  // log_softmax with kSplitShift: log d; else 0
   __device__ __forceinline__ Epilogue(SoftmaxOutput out, OnlineState<A> row, A ref) {
     static_assert(!kFastRecip || std::is_same_v<A, float>, "the fast reciprocal is float-only");
     const OnlineState<A> s = poison_infinite_max(row);
@@ -745,17 +754,19 @@ template <typename A, bool kFastRecip = false> struct Epilogue {
     } else {
       scale = softmax ? rescale(ref, s.m) / s.d : A(0);
     }
-    shift = softmax ? A(0) : s.m + log_of(s.d);
+    shift = softmax ? A(0) : kSplitShift ? s.m : s.m + log_of(s.d);
+    shift_lo = softmax || !kSplitShift ? A(0) : log_of(s.d);
   }
+  __device__ __forceinline__ A log_out(A x) const { return kSplitShift ? (x - shift) - shift_lo : x - shift; }
   // x is the input element; for softmax the caller may pass the cached term via apply_term instead.
-  __device__ __forceinline__ A apply(A x, A ref) const { return softmax ? rescale(x, ref) * scale : x - shift; }
+  __device__ __forceinline__ A apply(A x, A ref) const { return softmax ? rescale(x, ref) * scale : log_out(x); }
   __device__ __forceinline__ A apply_term(A term_or_x) const {
-    return softmax ? term_or_x * scale : term_or_x - shift;
+    return softmax ? term_or_x * scale : log_out(term_or_x);
   }
   // The same with the output known at compile time: loops that branch on the output once per item instead
   // of selecting per element (the pipelined kernel's 4-warp role ran bf16 rows 1.2x slower with the select).
   template <bool kSoftmax> __device__ __forceinline__ A apply_term_as(A term_or_x) const {
-    return kSoftmax ? term_or_x * scale : term_or_x - shift;
+    return kSoftmax ? term_or_x * scale : log_out(term_or_x);
   }
 };
 

@@ -79,7 +79,7 @@ __global__ void __launch_bounds__(kColumnThreads) softmax_columns_kernel(const C
       continue;
     }
     // Last pass: normalize.
-    const Epilogue<A> epi(p.output, col_state, col_state.m);
+    const Epilogue<T, false, A> epi(p.output, col_state, col_state.m);
     T* y = p.y + base;
     for (int64_t k = threadIdx.y; k < len; k += ty) {
       y[k * p.inner] = from_acc<T>(static_cast<acc_t<T>>(epi.apply(A(to_acc(__ldg(x + k * p.inner))), col_state.m)));

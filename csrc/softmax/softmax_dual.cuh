@@ -174,7 +174,7 @@ template <typename T> __device__ __forceinline__ void prefetch_half_item(const P
 // The register role's store pass (output known at compile time, as pipe::store_item).
 template <typename T, bool kSoftmax>
 __device__ __forceinline__ void store_registers(T* y, const uint4 (&raw)[kRegVecs], int nvec, int t,
-                                                const Epilogue<acc_t<T>>& epi, acc_t<T> row_max) {
+                                                const Epilogue<T>& epi, acc_t<T> row_max) {
   using A = acc_t<T>;
   constexpr int kVec = 16 / static_cast<int>(sizeof(T));
   const auto term = pipe::output_term<T, kSoftmax>(epi, row_max);
@@ -265,7 +265,7 @@ __device__ __forceinline__ void register_items(const PipeParams<T>& p, int64_t f
       if (t == 0 && span.begin == 0) p.y[span.row] = from_acc<T>(row_lse(row_state));
       continue;
     }
-    const Epilogue<A> epi(out, row_state, row_state.m);
+    const Epilogue<T> epi(out, row_state, row_state.m);
     T* const y_first = p.y + span.row * p.len + span.begin;
     T* y = kShifted ? y_first - iv.shift + iv.lo * kVec : y_first;
     if (out == SoftmaxOutput::Softmax) {

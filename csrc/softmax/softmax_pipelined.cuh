@@ -145,7 +145,7 @@ __device__ __forceinline__ void init_ring_barriers(uint64_t* bars, int ring_piec
 // output known at compile time: softmax exp(x - M) * (1 / D) (16-bit: by FusedExp2, its correction in the
 // scale), log_softmax x - (M + log D), both NaN for an infinite M.
 template <typename T, bool kSoftmax>
-__device__ __forceinline__ auto output_term(const Epilogue<acc_t<T>>& epi, acc_t<T> row_max) {
+__device__ __forceinline__ auto output_term(const Epilogue<T>& epi, acc_t<T> row_max) {
   using A = acc_t<T>;
   if constexpr (kSoftmax && kFastExp<T>) {
     const FusedExp2 e = FusedExp2::at<T>(row_max);
@@ -232,7 +232,7 @@ __device__ __forceinline__ void store_edge_vectors(T* y, const ItemVectors<T>& i
 // evict-first for 16-bit types always and for every type with kEvictFirst (the dual kernel's ring role).
 template <typename T, bool kSoftmax, bool kEvictFirst>
 __device__ __forceinline__ void store_item(T* y, const uint4* ring, int base, int ring_vecs, const ItemVectors<T>& iv,
-                                           int t, int nt, const Epilogue<acc_t<T>>& epi, acc_t<T> row_max) {
+                                           int t, int nt, const Epilogue<T>& epi, acc_t<T> row_max) {
   using A = acc_t<T>;
   constexpr int kVec = 16 / static_cast<int>(sizeof(T));
   const auto term = output_term<T, kSoftmax>(epi, row_max);
@@ -355,7 +355,7 @@ __device__ __forceinline__ void ring_items(const PipeParams<T>& p, int64_t first
     if (out == SoftmaxOutput::LogSumExp) {
       if (t == 0 && span.begin == 0) p.y[span.row] = from_acc<T>(row_lse(row_state));
     } else {
-      const Epilogue<A> epi(out, row_state, row_state.m);
+      const Epilogue<T> epi(out, row_state, row_state.m);
       T* y = p.y + span.row * p.len + span.begin - iv.shift;
       if (out == SoftmaxOutput::Softmax) {
         store_item<T, true, kEvictFirst>(y, ring, base, ring_vecs, iv, t, nt, epi, row_state.m);

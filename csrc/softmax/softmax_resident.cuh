@@ -481,7 +481,7 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
     for (int j = 0; j < kElems; ++j) w[j] = term(w[j]);
     return VecIO<T>::pack(w);
   };
-  const Epilogue<float> epi(p.output, row_state, row_state.m);
+  const Epilogue<T> epi(p.output, row_state, row_state.m);
   const auto term = pipe::output_term<T, kSoftmax>(epi, row_state.m);
   const auto out = [&](uint4 r) { return out_by(term, r); };
   T* const y_first = p.y + span.row * p.len + span.begin;
@@ -558,7 +558,7 @@ __global__ void __launch_bounds__(kThreads, 1) softmax_resident_rows_kernel(cons
       if (!kWhole && item * kTeams + j >= p.rows) break;
       mbarrier_wait(team_stats_bars + j, 0);
       const OnlineState<float> sj = team_stats[j];
-      const Epilogue<float> epi_j(p.output, sj, sj.m);
+      const Epilogue<T> epi_j(p.output, sj, sj.m);
       store_claims(j, pipe::output_term<T, kSoftmax>(epi_j, sj.m), -1);
     }
   } else {

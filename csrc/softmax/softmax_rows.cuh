@@ -39,7 +39,7 @@ __device__ __forceinline__ OnlineState<acc_t<T>> team_row(acc_t<T> (&v)[kVpl][Ro
     row_state = {ref, warp_allreduce(local_sum, SumOp{}, lanes)};
   }
   if (output != SoftmaxOutput::LogSumExp) {
-    const Epilogue<A, kFastExp<T>> epi(output, row_state, ref);
+    const Epilogue<T, kFastExp<T>> epi(output, row_state, ref);
 #pragma unroll
     for (int s = 0; s < kVpl; ++s) {
       if (s >= live) break;
@@ -176,7 +176,8 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? 0
       const A sum = warp_allreduce(packed_sum_exp<T, kVpl, kHead>(raw, ref, tail), SumOp{}, lanes);
       if constexpr (kRawRows) {  // softmax / log_softmax on the grid beyond kMaxVpt: packed_store.cuh
         const FusedExp2 e = FusedExp2::at<T>(ref);
-        const Epilogue<A, true> epi(output, OnlineState<A>{ref, sum}, ref);
+        const Epilogue<T, true> epi(output, OnlineState<A>{ref, sum}, ref);
+        static_assert(!decltype(epi)::kSplitShift, "store_raw_shifted takes log_softmax's shift as one value");
         store_raw_shifted<T, kVpl, kFold>(p.y + offset, len, d, lanes, li, raw, output == SoftmaxOutput::Softmax, e,
                                           e.correction * epi.scale, epi.shift, tail ? kVpl : kHead);
       } else if (valid && li == 0) {
@@ -320,7 +321,7 @@ __global__ void __launch_bounds__(kMaxBlockThreads, kLse && kAligned && kFastExp
         if (t == 0 && first == 0) p.y[row] = from_acc<T>(row_lse(row_state));
         continue;
       }
-      const Epilogue<A> epi(output, row_state, ref);
+      const Epilogue<T> epi(output, row_state, ref);
 #pragma unroll
       for (int s = 0; s < kVpt; ++s) {
         if (s >= live) break;

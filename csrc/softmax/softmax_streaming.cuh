@@ -117,7 +117,7 @@ __global__ void __launch_bounds__(kStreamThreads) softmax_stream_normalize_kerne
     const RowChunk chunk(item, p.chunks, p.chunk_elems, p.len);
     const int64_t row = chunk.row, first = chunk.begin, last = chunk.end;
     const OnlineState<A> row_state = merged_row_partials(p, row, p.online, s_val, s_state);
-    const Epilogue<A> epi(p.output, row_state, row_state.m);
+    const Epilogue<T> epi(p.output, row_state, row_state.m);
     const T* x = p.x + row * p.len;
     T* y = p.y + row * p.len;
     for (int64_t g = first; g < last; g += kStep) {

@@ -412,7 +412,10 @@ def special_rows(length, dtype, device):
     return x.to(device=device, dtype=dtype)
 
 
-SPECIAL_TOL = {torch.float16: (2e-3, 1e-5), torch.bfloat16: (1.6e-2, 1e-5), torch.float32: (1e-5, 1e-7),
+# fp32's atol: log_softmax values near 0 are -log d, d a sum of the row's terms near 1, whose fp32 reduction over a few
+# thousand terms rounds ~log2(n) times at ulp(1) / 2 (~6e-8): an atol of 1e-7 failed once (H200, s99 call 5: 3.3e-7 at
+# -1.3e-3 in the block kernel, its SASS the same as in the runs it passed).
+SPECIAL_TOL = {torch.float16: (2e-3, 1e-5), torch.bfloat16: (1.6e-2, 1e-5), torch.float32: (1e-5, 1e-6),
                torch.float64: (1e-12, 1e-14)}
 
 

@@ -11,10 +11,9 @@
 // is finite, and when m is +-inf the result does not depend on d (NaN for softmax and log_softmax, m for
 // logsumexp; see finalize rules below), so padding never changes a result.
 //
-// In fp32 exp(t) is expf(t) (about 2 ulp): exp2f(t * log2(e)) would add the rounding of the product, a
-// relative error growing with |t| that put long fp32 rows just over 1e-6 vs fp64; these kernels are
-// memory-bound, so the few extra instructions are free. t = x - m is formed first so that the argument is
-// exact for x close to m (where the large outputs are).
+// In fp32 exp(t) is expf(t) (about 2 ulp) but in the split-row kernels' folds; t = x - m is formed first so that the
+// argument is exact for x close to m (where the large outputs are). Those folds take ex2.approx(t * log2(e))
+// (kFastFloatExp, below): the rounding of the product adds a relative error growing with |t| to each term.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -94,8 +93,16 @@ template <typename A, int kN, int kM> __device__ __forceinline__ A max_of(const 
 // instead of expf's ~10: their outputs keep 8 or 11 bits, far coarser than its 2 ulp, and with two bytes per
 // element the arithmetic per byte would otherwise cap the kernel's bandwidth. x - m is formed first, so the
 // argument stays exact near the max even for inputs in the tens of thousands. fp32 and fp64 keep exp_of
-// (see the top of this file).
+// (see the top of this file), but in the fp32 folds of the split-row kernels (kFastFloatExp).
 template <typename T> constexpr bool kFastExp = sizeof(T) == 2;
+// fp32 folds in the split-row kernels (the pipelined, dual and resident kernels and the streaming reduce; T the input,
+// A the accumulator): ex2.approx.ftz((x - m) log2(e)) as for 16-bit inputs (a term below 2^-126 cannot move a sum
+// >= 1), three instructions where expf takes nine, in folds bound by instruction issue on the H200. The store passes
+// keep expf: there ex2.approx without .ftz (subnormal outputs kept, as torch's expf keeps them) cost the dual kernel's
+// softmax 1-2 us on split rows (NOTES "s99 call 4"). The fold's error grows from expf's 2 ulp + |t| 2^-24 (t = x - m)
+// to ~2^-22 + 2 |t| 2^-24 per term; the sum, which the terms near the max dominate, and with it every output of the
+// row, moves by about 2^-22 at most. The warp, block and column kernels keep expf throughout.
+template <typename T, typename A> constexpr bool kFastFloatExp = std::is_same_v<T, float> && std::is_same_v<A, float>;
 
 template <typename A, bool kFast> struct ShiftedExp {
   A m;
@@ -196,7 +203,7 @@ __device__ __forceinline__ void fold(OnlineState<A>& st, const A (&v)[kN][kM]) {
     const FusedExp2 e = FusedExp2::at<T>(m);
     st = {m, fmaf(sum_of(e, A(0)), e.correction, carried)};
   } else {
-    st = {m, sum_of(ShiftedExp<A, false>(m), carried)};
+    st = {m, sum_of(ShiftedExp<A, kFastFloatExp<T, A>>(m), carried)};
   }
 }
 

@@ -248,7 +248,7 @@ __device__ __forceinline__ void register_items(const PipeParams<T>& p, int64_t f
       local = {m, sum_of_exps<T>(raw, e) * e.correction};
     } else {
       const A m = max_of_vectors<T>(raw);
-      local = {m, sum_of_exps<T>(raw, ShiftedExp<A, false>(m))};
+      local = {m, sum_of_exps<T>(raw, ShiftedExp<A, kFastFloatExp<T, A>>(m))};
     }
     if (edges) {
       cp_async_wait_all();

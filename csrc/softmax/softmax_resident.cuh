@@ -84,16 +84,16 @@ template <typename T, int N> __device__ __forceinline__ float packed_max_of(cons
   }
 }
 
-// fp32 terms: the accurate exp(x - m) (the tests' 1e-6 bound; see online_math.cuh's exp_of), no correction.
-struct ExactExp {
-  ShiftedExp<float, false> e;
+// fp32 terms: exp(x - m) as the split-row kernels' folds take it (online_math.cuh, kFastFloatExp), no correction.
+struct FloatTerms {
+  ShiftedExp<float, true> e;
   float correction;
   __device__ __forceinline__ float operator()(float x) const { return e(x); }
 };
-// The terms exp(x - m) of an item's elements against m: FusedExp2 for 16-bit types, ExactExp for fp32.
+// The terms exp(x - m) of an item's elements against m: FusedExp2 for 16-bit types, FloatTerms for fp32.
 template <typename T> __device__ __forceinline__ auto item_terms_at(float m) {
   if constexpr (std::is_same_v<T, float>) {
-    return ExactExp{ShiftedExp<float, false>(m), 1.f};
+    return FloatTerms{ShiftedExp<float, true>(m), 1.f};
   } else {
     return FusedExp2::at<T>(m);
   }

@@ -736,9 +736,10 @@ def test_large_magnitude_rows_cuda(dtype, shape):
 
 
 
-# fp32 / fp64 shapes for the kernel kinds "auto" picks on an sm_90 part of >= 100 SMs (and safe / online: the
-# streaming kernels on the long rows): warp (128; 97 unaligned), block (4097), the column kernel (dim 0); on CUDA only,
-# resident (whole rows of 160 KB), dual (whole rows of 300 KB, split rows of 800 KB), pipelined split (1_000_000).
+# fp32 / fp64 shapes for the kernel kinds the plans take on an sm_90 part of >= 100 SMs (H200 plan log, NOTES "s99
+# call 4"): warp (128; 97 unaligned), block or split (4097), the column kernel (dim 0); on CUDA only, resident (fp32
+# whole rows of 160 and 300 KB), dual (fp32 rows of 800 KB in 7 chunks), pipelined (3 rows of 1_000_000; fp64's long
+# rows), and under safe / online the streaming kernels.
 OFFSET_ROW_SHAPES = [((40, 128), -1), ((40, 97), -1), ((10, 4097), -1), ((2000, 5), 0)]
 OFFSET_LONG_ROW_SHAPES = [((100, 40000), -1), ((150, 75000), -1), ((67, 200_000), -1), ((3, 1_000_000), -1)]
 

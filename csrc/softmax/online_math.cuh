@@ -741,7 +741,7 @@ __device__ __forceinline__ void store_row_folded(T* row, int64_t len, int d, int
 // 8x4194304 3 % faster: NOTES, "s15 ab").
 // kSplitShift: where the output keeps the accumulator's precision (fp32, fp64), log_softmax is (x - m) - log d, two
 // subtractions, as torch computes it. m + log d rounded to one value is off by up to half an ulp of m, which for
-// |m| in the thousands is ~1e-4 absolute, ~1e-5 relative to outputs of magnitude ~10 (H200, NOTES "s99 call 2":
+// |m| in the thousands is ~1e-4 absolute, ~1e-5 relative to outputs of magnitude ~10 (H200, NOTES "s99 calls 1, 3":
 // fp32 rows offset by 300 read 5-9e-7 against torch's 2.6e-8, by 3000 over the tests' 1e-6); x - m is exact for x
 // within a factor of 2 of m. 16-bit outputs keep 8 or 11 bits, far coarser than that rounding: one subtraction.
 // Acc: the accumulator, acc_t<T> but in the column kernel (fp32 columns accumulate in fp64).

@@ -30,6 +30,14 @@ def run_in_fresh_python(code: str, timeout: Optional[float] = 300, **env_vars) -
                           cwd=os.path.dirname(os.path.abspath(__file__)))
 
 
+def run_checked(code: str, **env_vars) -> subprocess.CompletedProcess:
+    """Runs `code` (a check that prints "checked" when done) in a fresh child with `env_vars` added, for what a process
+    reads once (FAE_SOFTMAX_CONFIG, FAE_SOFTMAX_LOG_PLAN), and asserts that it got there; returns the child."""
+    child = run_in_fresh_python(code, timeout=None, **env_vars)
+    assert child.returncode == 0 and "checked" in child.stdout, child.stderr[-3000:]
+    return child
+
+
 def run_cpu_isa_check(code: str, isa: str) -> None:
     """Runs `code` (which prints "checked" when done) in a child pinned with FLASH_ATTN_EXT_CPU_ISA=isa: the CPU
     kernels' loops are compiled per instruction set and picked at run time (csrc/common/cpu_isa.h), so the

@@ -8,7 +8,7 @@ import torch
 
 import flash_attn_ext as fae
 from reference import (DEVICES, NO_INDUCTOR_CACHE, log_softmax_ref, logsumexp_ref, poison, rel_err,
-                       requires_cuda, run_cpu_isa_check, run_in_fresh_python, softmax_ref)
+                       requires_cuda, run_checked, run_cpu_isa_check, run_in_fresh_python, softmax_ref)
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
 ALGORITHMS = ["safe", "online", "auto"]
@@ -190,8 +190,7 @@ def test_fp32_rows_of_two_thousand_in_shared_memory_cuda():
     # rest of the row in shared memory ("auto" took this plan until s57; forced here, since the kernel stays
     # reachable): 1544 elements fill the shared part in part (386 vectors in 512 slots), 2048 fill every slot.
     config = "kind=block,vpt=small,threads=128"  # smem derived: ceil(vectors / 128) - 2 per thread
-    child = run_in_fresh_python(SHARED_BLOCK_CHECK, timeout=None, FAE_SOFTMAX_CONFIG=config)
-    assert child.returncode == 0 and "checked" in child.stdout, child.stderr[-3000:]
+    run_checked(SHARED_BLOCK_CHECK, FAE_SOFTMAX_CONFIG=config)
 
 
 @pytest.mark.cuda
@@ -811,8 +810,7 @@ def test_large_magnitude_raw_wide_warp_rows_cuda():
     # at large_magnitude_rows' magnitudes, where fp16's FusedExp2 correction (2^-r, |r| <= 2^-8 at |m| = 6e4) scales the
     # softmax output and a dropped or doubled one shows: every row against fp64 and torch, softmax elementwise within
     # LARGE_ROW_TOL.
-    child = run_in_fresh_python(FORCED_RAW_WIDE_LARGE_CHECK, timeout=None, FAE_SOFTMAX_CONFIG="kind=warp,vpt=8,grid=1")
-    assert child.returncode == 0 and "checked" in child.stdout, child.stderr[-3000:]
+    run_checked(FORCED_RAW_WIDE_LARGE_CHECK, FAE_SOFTMAX_CONFIG="kind=warp,vpt=8,grid=1")
 
 
 WIDE_WARP_ROWS_PER_SM = 32  # softmax_cuda.cu: kWideWarpMinRowsPerSm
@@ -1021,8 +1019,7 @@ def test_forced_configs_cuda(config):
     # not; with chunks=5 the dual kernel's 200-row and 52-row inputs take several rounds, so both of its roles run.
     if config.startswith(("kind=pipe", "kind=dual")) and torch.cuda.get_device_capability() < (9, 0):
         pytest.skip("the pipelined and dual kernels need sm_90")
-    child = run_in_fresh_python(FORCED_CONFIG_CHECK, timeout=None, FAE_SOFTMAX_CONFIG=config)
-    assert child.returncode == 0 and "checked" in child.stdout, child.stderr[-3000:]
+    run_checked(FORCED_CONFIG_CHECK, FAE_SOFTMAX_CONFIG=config)
 
 
 FORCED_LSE_ROWS_CHECK = """
@@ -1067,8 +1064,7 @@ def test_forced_logsumexp_rows_cuda(config):
     # logsumexp's fixed row kernels (SafeLogSumExp, kLse; on 16-bit rows packed_lse.cuh) where "auto" does not take
     # them: the block kernel up to 1024 threads (sm_90 streams rows beyond 512), and grids of one block an SM that walk
     # several row groups (the warp kernel's) or rows (the block kernel's) a block.
-    child = run_in_fresh_python(FORCED_LSE_ROWS_CHECK, timeout=None, FAE_SOFTMAX_CONFIG=config)
-    assert child.returncode == 0 and "checked" in child.stdout, child.stderr[-3000:]
+    run_checked(FORCED_LSE_ROWS_CHECK, FAE_SOFTMAX_CONFIG=config)
 
 
 FORCED_WIDE_WARP_CHECK = """
@@ -1093,8 +1089,7 @@ print("checked")
 def test_forced_wide_warp_softmax_cuda():
     # Aligned 16-bit softmax and log_softmax rows forced onto the warp kernel at 8 vectors a lane (rows of up to 2048
     # elements on one warp; shorter ones on fewer lanes), every output element against fp64 after poisoning.
-    child = run_in_fresh_python(FORCED_WIDE_WARP_CHECK, timeout=None, FAE_SOFTMAX_CONFIG="kind=warp,vpt=8")
-    assert child.returncode == 0 and "checked" in child.stdout, child.stderr[-3000:]
+    run_checked(FORCED_WIDE_WARP_CHECK, FAE_SOFTMAX_CONFIG="kind=warp,vpt=8")
 
 
 FORCED_GRID_ROWS_CHECK = """
@@ -1145,8 +1140,7 @@ def test_forced_grid_softmax_rows_cuda(config):
     # says: test_grid_softmax_routing_cuda): every shift, team widths 1-32 (vpt=8: whole warps, rows of up to 2048
     # elements), the row max in the folded granule; threads=64: blocks of 2-64 rows (the rows a block holds are the
     # launch's block over the team width).
-    child = run_in_fresh_python(FORCED_GRID_ROWS_CHECK, timeout=None, FAE_SOFTMAX_CONFIG=config)
-    assert child.returncode == 0 and "checked" in child.stdout, child.stderr[-3000:]
+    run_checked(FORCED_GRID_ROWS_CHECK, FAE_SOFTMAX_CONFIG=config)
 
 
 # softmax / log_softmax of (rows, cols, dtype name, op name, offset, algorithm) CASES through "auto", each checked
@@ -1416,8 +1410,7 @@ def test_forced_block_dead_vectors_cuda(config):
     # The block and split kernels skip the vectors that lie past the row's end in every thread (live_vectors): forced
     # onto 256 threads, rows that fill one to all of a thread's vectors, and split rows whose last chunk is part-filled;
     # softmax and log_softmax (safe and online) and logsumexp, every output element against fp64 after poisoning.
-    child = run_in_fresh_python(DEAD_VECTORS_CHECK, timeout=None, FAE_SOFTMAX_CONFIG=config)
-    assert child.returncode == 0 and "checked" in child.stdout, child.stderr[-3000:]
+    run_checked(DEAD_VECTORS_CHECK, FAE_SOFTMAX_CONFIG=config)
 
 
 RESIDENT_CHECK = """
@@ -1457,8 +1450,7 @@ def test_forced_resident_cuda(config):
     # whole and split rows, unaligned rows (edge vectors), special values.
     if torch.cuda.get_device_capability() < (9, 0):
         pytest.skip("the resident kernel needs sm_90")
-    child = run_in_fresh_python(RESIDENT_CHECK, timeout=None, FAE_SOFTMAX_CONFIG=config)
-    assert child.returncode == 0 and "checked" in child.stdout, child.stderr[-3000:]
+    run_checked(RESIDENT_CHECK, FAE_SOFTMAX_CONFIG=config)
 
 
 RESIDENT_TEAMS_CHECK = """
@@ -1491,8 +1483,7 @@ def test_forced_resident_teams_cuda(config):
     # pieces, barriers and statistics), forced on rows from 8 KB to 512 KB / teams, special values included.
     if torch.cuda.get_device_capability() < (9, 0):
         pytest.skip("the resident kernel needs sm_90")
-    child = run_in_fresh_python(RESIDENT_TEAMS_CHECK, timeout=None, FAE_SOFTMAX_CONFIG=config)
-    assert child.returncode == 0 and "checked" in child.stdout, child.stderr[-3000:]
+    run_checked(RESIDENT_TEAMS_CHECK, FAE_SOFTMAX_CONFIG=config)
 
 
 SPLIT_TEAMS_CHECK = """
@@ -1516,8 +1507,7 @@ def test_forced_resident_split_teams_cuda():
     # 64 KB chunks, special values included.
     if torch.cuda.get_device_capability() < (9, 0):
         pytest.skip("the resident kernel needs sm_90")
-    child = run_in_fresh_python(SPLIT_TEAMS_CHECK, timeout=None, FAE_SOFTMAX_CONFIG="kind=resident,rows=8,chunks=2")
-    assert child.returncode == 0 and "checked" in child.stdout, child.stderr[-3000:]
+    run_checked(SPLIT_TEAMS_CHECK, FAE_SOFTMAX_CONFIG="kind=resident,rows=8,chunks=2")
 
 
 @pytest.mark.cuda
@@ -1643,8 +1633,7 @@ def _large_sm90_sms(kernel):
 
 def _logged_plans(code, count):
     # The plan lines (FAE_SOFTMAX_LOG_PLAN) of code, run in a child process that prints "checked"; there must be count.
-    child = run_in_fresh_python(code, timeout=None, FAE_SOFTMAX_LOG_PLAN="1")
-    assert child.returncode == 0 and "checked" in child.stdout, child.stderr[-3000:]
+    child = run_checked(code, FAE_SOFTMAX_LOG_PLAN="1")
     plans = [line for line in child.stderr.splitlines() if line.startswith("flash_attn_ext softmax plan:")]
     assert len(plans) == count, child.stderr[-3000:]
     return plans

@@ -11,7 +11,7 @@
 // is finite, and when m is +-inf the result does not depend on d (NaN for softmax and log_softmax, m for
 // logsumexp; see finalize rules below), so padding never changes a result.
 //
-// In fp32 exp(t) is expf(t) (about 2 ulp) but in the split-row kernels' folds; t = x - m is formed first so that the
+// In fp32 exp(t) is expf(t) (about 2 ulp) but in the long-row kernels' folds; t = x - m is formed first so that the
 // argument is exact for x close to m (where the large outputs are). Those folds take ex2.approx(t * log2(e))
 // (kFastFloatExp, below): the rounding of the product adds a relative error growing with |t| to each term.
 #include <cuda_bf16.h>
@@ -90,13 +90,13 @@ template <typename A, int kN, int kM> __device__ __forceinline__ A max_of(const 
 // exp(x - m) against a row (or thread) max m, replaced by 0 when infinite: then exp(x - 0) gives the
 // results torch gives (+inf rows: d = inf, lse = +inf; rows of -inf: d = 0, lse = -inf; softmax of both is
 // NaN through poison_infinite_max). 16-bit inputs take ex2.approx((x - m) * log2(e)), three instructions
-// instead of expf's ~10: their outputs keep 8 or 11 bits, far coarser than its 2 ulp, and with two bytes per
+// instead of expf's nine: their outputs keep 8 or 11 bits, far coarser than its 2 ulp, and with two bytes per
 // element the arithmetic per byte would otherwise cap the kernel's bandwidth. x - m is formed first, so the
 // argument stays exact near the max even for inputs in the tens of thousands. fp32 and fp64 keep exp_of
-// (see the top of this file), but in the fp32 folds of the split-row kernels (kFastFloatExp).
+// (see the top of this file), but in the fp32 folds of the long-row kernels (kFastFloatExp).
 template <typename T> constexpr bool kFastExp = sizeof(T) == 2;
-// fp32 folds in the split-row kernels (the pipelined, dual and resident kernels and the streaming reduce; T the input,
-// A the accumulator): ex2.approx.ftz((x - m) log2(e)) as for 16-bit inputs (a term below 2^-126 cannot move a sum
+// fp32 folds in the long-row kernels (the pipelined, dual and resident kernels and the streaming reduce; not the block
+// kernel's split rows; T the input, A the accumulator): ex2.approx.ftz((x - m) log2(e)) as for 16-bit inputs (a term below 2^-126 cannot move a sum
 // >= 1), three instructions where expf takes nine, in folds bound by instruction issue on the H200. The store passes
 // keep expf: there ex2.approx without .ftz (subnormal outputs kept, as torch's expf keeps them) cost the dual kernel's
 // softmax 1-2 us on split rows (NOTES "s99 call 4"). The fold's error grows from expf's 2 ulp + |t| 2^-24 (t = x - m)
@@ -733,7 +733,7 @@ __device__ __forceinline__ void store_row_folded(T* row, int64_t len, int d, int
 
 // The per-element epilogue of softmax / log_softmax once the row's (m, d) is known, for elements of type T. `ref` is
 // the max the thread's cached terms were taken against: softmax y = rescale(x, ref) * scale, log_softmax
-// y = x - (m + log d). kFastRecip (float only) takes 1 / d as __fdividef(1, d): within 2 ulp, since d >= 1 whenever it
+// y = x - (m + log d) (kSplitShift: (x - m) - log d). kFastRecip (float only) takes 1 / d as __fdividef(1, d): within 2 ulp, since d >= 1 whenever it
 // is finite (the max element contributes exp(0) = 1) and NaN when poisoned. The warp kernel uses it for 16-bit
 // outputs, whose 8-11 bits cannot see it, because the IEEE division's range checks sit on the critical path
 // of one-wave calls (bf16 65536x128: ~0.15 us of a 10.3 us kernel, s15). The other kernels divide once per

@@ -143,7 +143,7 @@ __device__ __forceinline__ void init_ring_barriers(uint64_t* bars, int ring_piec
 
 // The map from an input element to its output in a store pass against the row's statistics (epi, row_max),
 // output known at compile time: softmax exp(x - M) * (1 / D) (16-bit: by FusedExp2, its correction in the
-// scale), log_softmax x - (M + log D), both NaN for an infinite M.
+// scale), log_softmax x - (M + log D) (fp32 / fp64: (x - M) - log D, Epilogue), both NaN for an infinite M.
 template <typename T, bool kSoftmax>
 __device__ __forceinline__ auto output_term(const Epilogue<T>& epi, acc_t<T> row_max) {
   using A = acc_t<T>;

@@ -84,7 +84,7 @@ template <typename T, int N> __device__ __forceinline__ float packed_max_of(cons
   }
 }
 
-// fp32 terms: exp(x - m) as the split-row kernels' folds take it (online_math.cuh, kFastFloatExp), no correction.
+// fp32 terms: exp(x - m) as the long-row kernels' folds take it (online_math.cuh, kFastFloatExp), no correction.
 struct FloatTerms {
   ShiftedExp<float, true> e;
   float correction;

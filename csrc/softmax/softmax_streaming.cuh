@@ -102,7 +102,7 @@ __global__ void __launch_bounds__(kStreamThreads) softmax_stream_reduce_kernel(c
 }
 
 // Last pass of softmax / log_softmax: the block merges its row's partials, then rewrites its chunk with the
-// same mapping as the reduce kernel: softmax y = rescale(x, M) / D, log_softmax y = x - (M + log D).
+// same mapping as the reduce kernel: softmax y = rescale(x, M) / D, log_softmax y = x - (M + log D) (Epilogue).
 template <typename T, bool kAligned>
 __global__ void __launch_bounds__(kStreamThreads) softmax_stream_normalize_kernel(const StreamParams<T> p) {
   begin_dependent_grid();

@@ -95,13 +95,14 @@ template <typename A, int kN, int kM> __device__ __forceinline__ A max_of(const 
 // argument stays exact near the max even for inputs in the tens of thousands. fp32 and fp64 keep exp_of
 // (see the top of this file), but in the fp32 folds of the long-row kernels (kFastFloatExp).
 template <typename T> constexpr bool kFastExp = sizeof(T) == 2;
-// fp32 folds in the long-row kernels (the pipelined, dual and resident kernels and the streaming reduce; not the block
-// kernel's split rows; T the input, A the accumulator): ex2.approx.ftz((x - m) log2(e)) as for 16-bit inputs (a term below 2^-126 cannot move a sum
-// >= 1), three instructions where expf takes nine, in folds bound by instruction issue on the H200. The store passes
-// keep expf: there ex2.approx without .ftz (subnormal outputs kept, as torch's expf keeps them) cost the dual kernel's
-// softmax 1-2 us on split rows (NOTES "s99 call 4"). The fold's error grows from expf's 2 ulp + |t| 2^-24 (t = x - m)
-// to ~2^-22 + 2 |t| 2^-24 per term; the sum, which the terms near the max dominate, and with it every output of the
-// row, moves by about 2^-22 at most. The warp, block and column kernels keep expf throughout.
+// fp32 folds in the long-row kernels (the pipelined, dual and resident kernels and the streaming reduce; not the
+// block kernel's split rows; T the input, A the accumulator): ex2.approx.ftz((x - m) log2(e)) as for 16-bit inputs
+// (a term below 2^-126 cannot move a sum >= 1), three instructions where expf takes nine, in folds bound by
+// instruction issue on the H200. The store passes keep expf: there ex2.approx without .ftz (subnormal outputs kept,
+// as torch's expf keeps them) cost the dual kernel's softmax 1-2 us on split rows (NOTES "s99 call 4"). The fold's
+// error grows from expf's 2 ulp + |t| 2^-24 (t = x - m) to ~2^-22 + 2 |t| 2^-24 per term; the sum, which the terms
+// near the max dominate, and with it every output of the row, moves by about 2^-22 at most. The warp, block and
+// column kernels keep expf throughout.
 template <typename T, typename A> constexpr bool kFastFloatExp = std::is_same_v<T, float> && std::is_same_v<A, float>;
 
 template <typename A, bool kFast> struct ShiftedExp {
@@ -733,11 +734,11 @@ __device__ __forceinline__ void store_row_folded(T* row, int64_t len, int d, int
 
 // The per-element epilogue of softmax / log_softmax once the row's (m, d) is known, for elements of type T. `ref` is
 // the max the thread's cached terms were taken against: softmax y = rescale(x, ref) * scale, log_softmax
-// y = x - (m + log d) (kSplitShift: (x - m) - log d). kFastRecip (float only) takes 1 / d as __fdividef(1, d): within 2 ulp, since d >= 1 whenever it
-// is finite (the max element contributes exp(0) = 1) and NaN when poisoned. The warp kernel uses it for 16-bit
-// outputs, whose 8-11 bits cannot see it, because the IEEE division's range checks sit on the critical path
-// of one-wave calls (bf16 65536x128: ~0.15 us of a 10.3 us kernel, s15). The other kernels divide once per
-// item, and the same change there moved the fp32 pipelined kernel both ways (1024x32768 8 % slower,
+// y = x - (m + log d) (kSplitShift: (x - m) - log d). kFastRecip (float only) takes 1 / d as __fdividef(1, d): within
+// 2 ulp, since d >= 1 whenever it is finite (the max element contributes exp(0) = 1) and NaN when poisoned. The warp
+// kernel uses it for 16-bit outputs, whose 8-11 bits cannot see it, because the IEEE division's range checks sit on
+// the critical path of one-wave calls (bf16 65536x128: ~0.15 us of a 10.3 us kernel, s15). The other kernels divide
+// once per item, and the same change there moved the fp32 pipelined kernel both ways (1024x32768 8 % slower,
 // 8x4194304 3 % faster: NOTES, "s15 ab").
 // kSplitShift: where the output keeps the accumulator's precision (fp32, fp64), log_softmax is (x - m) - log d, two
 // subtractions, as torch computes it. m + log d rounded to one value is off by up to half an ulp of m, which for

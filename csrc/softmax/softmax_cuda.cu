@@ -301,8 +301,9 @@ int64_t resident_fewest_chunks(int64_t row_bytes) { return ceil_div(row_bytes, k
 // 43.0 -> 45.9-46.0 / 44.3-44.6, 264x128256 (2) 42.0 / 42.6-42.8 -> 44.8-45.2 / 41.9-42.1, 256x128000 (2) 42.4-42.5 /
 // 42.1-42.3 -> 43.8-43.9 / 40.7, 512x131072 (2, exact) 78.7 / 79.4-79.8 -> 81.2-81.7 / 78.7-79.4, 1024x65536 (4, exact)
 // 80.4-80.5 / 80.0-81.0 -> 81.0-81.1 / 79.0-80.1 (a tie).
-// Fp32 (the kernel's accurate merges and store passes; its folds by ex2.approx since s99): whole rows of kResidentMinFloatRowBytes or more (one item a
-// row, within one wave or beyond). Us cold / streamed, auto before (pipelined or dual) ->
+// Fp32 (the kernel's accurate merges and store passes; its folds by ex2.approx since s99): whole rows of
+// kResidentMinFloatRowBytes or more (one item a row, within one wave or beyond). Us cold / streamed, auto before
+// (pipelined or dual) ->
 // resident ("s67 calls B, C"): 1024x40000 104.4-104.5 / 106.8-107.0 -> 90.8-90.9 / 90.8-90.9, 1024x50000 126.7-126.9 /
 // 125.8-127.4 -> 112.8-113.2 / 113.1-113.3, 1024x60000 148.7-148.9 / 148.0-149.1 -> 134.2-134.3 / 133.1-134.1,
 // 1024x66000 165.2-165.7 / 167.8-168.0 -> 149.2-149.3 / 149.4-149.8, 512x100000 125.7-126.1 / 125.8-126.2 ->

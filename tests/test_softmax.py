@@ -734,7 +734,6 @@ def test_large_magnitude_rows_cuda(dtype, shape):
     check_logsumexp_by_row(x, dtype)
 
 
-
 # fp32 / fp64 shapes for the kernel kinds the plans take on an sm_90 part of >= 100 SMs (H200 plan log, NOTES "s99
 # call 4"): warp (128; 97 unaligned), block or split (4097), the column kernel (dim 0); on CUDA only, resident (fp32
 # whole rows of 160 and 300 KB), dual (fp32 rows of 800 KB in 7 chunks), pipelined (3 rows of 1_000_000; fp64's long
@@ -778,6 +777,7 @@ def test_offset_rows_full_precision(device, dtype, algorithm, shape, dim):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
 def test_offset_rows_full_precision_long_cuda(dtype, algorithm, shape, dim):
     _run_offset_rows("cuda", dtype, algorithm, shape, dim)
+
 
 FORCED_RAW_WIDE_LARGE_CHECK = """
 import torch

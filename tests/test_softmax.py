@@ -896,6 +896,36 @@ def test_unaligned_logsumexp_grid_rows_cuda():
 
 @pytest.mark.cuda
 @requires_cuda
+def test_fp64_wide_warp_rows_cuda():
+    # fp64 rows of 257-512 elements on one warp each, 8 vectors (16 doubles) a lane (kDoubleWarpMaxVpl) where rows give
+    # every SM kWideWarpMinRowsPerSm, every output and algorithm: aligned rows on the fixed instantiations, unaligned
+    # ones element by element on the general one. 320 is the last length whose rows end in a lane's first 5 vectors
+    # (the rest skipped), 321 the first past it; 511 and 257 odd, 501 at +1 off the grid; the row max at either edge.
+    rows = WIDE_WARP_ROWS_PER_SM * torch.cuda.get_device_properties(0).multi_processor_count
+    dtype = torch.float64
+    for length, offset in ((512, 0), (511, 0), (501, 1), (320, 0), (321, 0), (258, 0), (257, 0), (400, 1)):
+        x = make_input((rows * length + offset,), dtype, "cuda")[offset:].view(rows, length)
+        x[::7, -1] += 100.0
+        x[3::7, 0] += 100.0
+        for algorithm in ("auto", "online"):
+            for op, ref_fn, torch_fn in ROW_AND_LSE_OPS:
+                kwargs = {} if op is fae.logsumexp else {"algorithm": algorithm}
+                poison("cuda", x.numel() * x.element_size())
+                check_against_reference(op(x, -1, **kwargs), ref_fn(x, -1), torch_fn(x, -1), dtype,
+                                        f"{op.__name__} {algorithm} {rows}x{length} at +{offset}")
+    for length in (512, 501):
+        special = special_rows(length, dtype, "cuda")
+        _run_special(special.repeat(rows // special.shape[0] + 1, 1), f"x{length}", ROW_AND_LSE_OPS)
+    expected = [((rows, 501), "float64", "warp,lanes=32,vpt=8"), ((rows, 512), "float64", "warp,lanes=32,vpt=8"),
+                ((rows, 258), "float64", "warp,lanes=32,vpt=8"), ((rows, 256), "float64", "warp,lanes=32,vpt=4"),
+                ((rows - 1, 501), "float64", "block"), ((rows, 513), "float64", "block")]
+    for op in ("softmax", "logsumexp"):
+        for ((r, cols), _, kind), line in zip(expected, _auto_plans(expected, op)):
+            assert re.search(rf"plan: {r}x{cols} kind={kind},", line), (op, line)
+
+
+@pytest.mark.cuda
+@requires_cuda
 @pytest.mark.parametrize("shape", [(40, 16), (40, 1024), (40, 2048), (40, 4096)], ids=lambda s: f"{s[0]}x{s[1]}")
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 def test_large_magnitude_logsumexp_rows_cuda(dtype, shape):
@@ -1042,8 +1072,6 @@ block = config.startswith("kind=block")
 vpl = None if block else int(config.split("vpt=")[1].split(",")[0])
 for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.float64):
     vec = 16 // (torch.finfo(dtype).bits // 8)
-    if vpl == 8 and dtype == torch.float64:
-        continue  # no fp64 warp kernel of 8 vectors a lane
     # the longest row the configuration holds: a 1024-thread block of the large size (32 elements a thread, fp64 8),
     # or 32 lanes of vpl vectors; rows enough for several items a block when bpsm=1 caps the grid at one block an SM
     longest, rows = (1024 * (8 if dtype == torch.float64 else 32), 300) if block else (32 * vpl * vec, 3000)
@@ -1053,7 +1081,7 @@ for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.float64):
     # vectors (fp32: and 8), on the grid one granule past the lanes' slots on most shifts (16-bit and fp32: folded,
     # FoldedGranule; fp64 element-wise); 127: folded at fewer lanes than 32 (fp32 at 8 vectors: 4 lanes)
     lengths = (vec, longest // 2, longest) + ((longest // 2 + 1,) if block else (longest - vec + 1, 97, 127))
-    lengths += (longest - 1,) if vpl == 4 or (vpl == 8 and vec == 4) else ()
+    lengths += (longest - 1,) if vpl == 4 or (vpl == 8 and vec <= 4) else ()
     for length in lengths:
         x = t.make_input((rows, length), dtype, "cuda")
         x[::7, -1] += 100.0  # the row max in the last vector
@@ -1780,11 +1808,11 @@ def test_forced_config_errors_cuda(config, message):
 @pytest.mark.cuda
 @requires_cuda
 def test_forced_warp_vpt_beyond_the_op_errors_cuda():
-    # 8 vectors a lane are compiled for 16-bit rows only, for logsumexp and for softmax and log_softmax rows aligned or
-    # on the memory's grid (grid=1; warp_max_vpl), and not for fp64 at all: unaligned bf16 softmax off the grid (grid=0)
-    # and fp64 logsumexp forced there are errors naming it, not launches without a kernel.
+    # 8 vectors a lane are compiled for 16-bit rows for logsumexp and for softmax and log_softmax rows aligned or on
+    # the memory's grid (grid=1; warp_max_vpl) only (fp32 and fp64: every row): unaligned 16-bit softmax and
+    # log_softmax off the grid (grid=0) forced there are errors naming it, not launches without a kernel.
     for x_expr, op in (("torch.randn(64, 1023, device='cuda', dtype=torch.bfloat16)", "softmax"),
-                       ("torch.randn(64, 256, device='cuda', dtype=torch.float64)", "logsumexp")):
+                       ("torch.randn(64, 1001, device='cuda', dtype=torch.float16)", "log_softmax")):
         out = softmax_error_in_fresh_process(x_expr, -1, "RuntimeError", op, FAE_SOFTMAX_CONFIG="kind=warp,vpt=8")
         assert "raised:" in out and "largest compiled warp kernel" in out, (op, x_expr, out)
 

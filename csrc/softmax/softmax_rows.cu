@@ -131,6 +131,9 @@ RowsKernel<T> warp_kernel(bool aligned, bool pairs, FixedRows fixed, bool on_gri
     } else {
       return warp_kernel_of<T, kVpl, false>(fixed, fold);
     }
+  } else if constexpr (std::is_same_v<T, double> && kVpl <= kDoubleWarpMaxVpl) {
+    // fp64: aligned rows on the fixed instantiations, unaligned ones (and the online algorithm) on the general one
+    return aligned ? warp_kernel_of<T, kVpl, true>(fixed, false) : softmax_warp_rows_kernel<T, kVpl, false>;
   } else if constexpr (kVpl <= kLseWarpMaxVpl<T>) {  // 16-bit: logsumexp, and softmax / log_softmax as vectors
     if (!aligned && on_grid && (fixed == FixedRows::SafeSoftmax || fixed == FixedRows::SafeLogSoftmax)) {
       return grid_softmax_kernel<T, kVpl>(fixed);

@@ -200,7 +200,7 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? 0
     } else {
       load_group<T, kVpl, kAligned>(p.x + offset, len, 0, lanes, li, v);
     }
-    // Aligned rows only: the other wide-warp rows (kVpl > kMaxVpt), logsumexp's and kRawRows, are above.
+    // Aligned rows and fp64 rows only: the other wide-warp rows (kVpl > kMaxVpt), logsumexp's and kRawRows, are above.
     const int live = reaches_tail(static_cast<int>(len), lanes) ? kVpl : kHead;
     const OnlineState<A> row_state = team_row<T, kVpl, kFast, kGuarded>(v, lanes, output, online, live);
     if (output == SoftmaxOutput::LogSumExp) {

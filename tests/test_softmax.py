@@ -899,11 +899,14 @@ def test_unaligned_logsumexp_grid_rows_cuda():
 def test_fp64_wide_warp_rows_cuda():
     # fp64 rows of 257-512 elements on one warp each, 8 vectors (16 doubles) a lane (kDoubleWarpMaxVpl) where rows give
     # every SM kWideWarpMinRowsPerSm, every output and algorithm: aligned rows on the fixed instantiations, unaligned
-    # ones element by element on the general one. 320 is the last length whose rows end in a lane's first 5 vectors
-    # (the rest skipped), 321 the first past it; 511 and 257 odd, 501 at +1 off the grid; the row max at either edge.
+    # ones element by element on the general one, as are unaligned softmax and log_softmax rows of 129-256 elements
+    # (logsumexp's stay on 4 vectors). 320 is the last length whose rows end in a lane's first 5 vectors (the rest
+    # skipped), 321 the first past it; 511, 257, 255 and 129 odd, 501, 400 and 199 at +1 off the grid; the row max at
+    # either edge.
     rows = WIDE_WARP_ROWS_PER_SM * torch.cuda.get_device_properties(0).multi_processor_count
     dtype = torch.float64
-    for length, offset in ((512, 0), (511, 0), (501, 1), (320, 0), (321, 0), (258, 0), (257, 0), (400, 1)):
+    for length, offset in ((512, 0), (511, 0), (501, 1), (320, 0), (321, 0), (258, 0), (257, 0), (400, 1), (255, 0),
+                           (199, 1), (129, 0)):
         x = make_input((rows * length + offset,), dtype, "cuda")[offset:].view(rows, length)
         x[::7, -1] += 100.0
         x[3::7, 0] += 100.0
@@ -918,10 +921,34 @@ def test_fp64_wide_warp_rows_cuda():
         _run_special(special.repeat(rows // special.shape[0] + 1, 1), f"x{length}", ROW_AND_LSE_OPS)
     expected = [((rows, 501), "float64", "warp,lanes=32,vpt=8"), ((rows, 512), "float64", "warp,lanes=32,vpt=8"),
                 ((rows, 258), "float64", "warp,lanes=32,vpt=8"), ((rows, 256), "float64", "warp,lanes=32,vpt=4"),
-                ((rows - 1, 501), "float64", "block"), ((rows, 513), "float64", "block")]
-    for op in ("softmax", "logsumexp"):
+                ((rows - 1, 501), "float64", "block"), ((rows, 513), "float64", "block"),
+                ((rows, 255), "float64", ("warp,lanes=32,vpt=8", "warp,lanes=32,vpt=4")),
+                ((rows - 1, 255), "float64", ("warp,lanes=32,vpt=4",) * 2),
+                ((rows, 129), "float64", ("warp,lanes=32,vpt=8", "warp,lanes=32,vpt=4")),
+                ((rows, 127), "float64", ("warp,lanes=32,vpt=2",) * 2)]
+    for i, op in enumerate(("softmax", "logsumexp")):
         for ((r, cols), _, kind), line in zip(expected, _auto_plans(expected, op)):
+            kind = kind if isinstance(kind, str) else kind[i]
             assert re.search(rf"plan: {r}x{cols} kind={kind},", line), (op, line)
+
+
+@pytest.mark.cuda
+@requires_cuda
+def test_fp64_long_rows_cuda():
+    # fp64 rows beyond 512 threads of registers take the block kernel with shared memory (2b.), the split kernel or the
+    # streaming kernel, not the pipelined one (heuristic_plan says why): every op on rows that take each, against fp64
+    # after poisoning, and their plans.
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    shapes = [(2 * sms, 16384), (2 * sms + 1, 8192), (3, 262_144), (2, 131_073)]
+    for shape in shapes:
+        x = make_input(shape, torch.float64, "cuda")
+        x[::7, -1] += 100.0
+        for op, ref_fn, torch_fn in ROW_AND_LSE_OPS:
+            poison("cuda", x.numel() * x.element_size())
+            check_against_reference(op(x, -1), ref_fn(x, -1), torch_fn(x, -1), torch.float64, f"{op.__name__} {shape}")
+    expected = [(shapes[0], "float64", "block"), (shapes[1], "float64", "block"), ((64, 262_144), "float64", "stream")]
+    for (shape, _, kind), line in zip(expected, _auto_plans(expected, "softmax")):
+        assert re.search(rf"plan: {shape[0]}x{shape[1]} kind={kind},", line), line
 
 
 @pytest.mark.cuda
@@ -976,7 +1003,7 @@ def test_chained_split_rows_in_graph_cuda(dtype, shape):
     # Under capture each call zeroes its exchange workspace by a small kernel, and on sm_90 both it and the
     # cooperative launch start early (kernel_launch.h): a split kernel that read the workspace before the zeroing
     # ended, or the input before the previous call wrote it, fails here; the workspaces of the calls alias.
-    # bf16 8 x 4M runs on the resident kernel (sm_90).
+    # bf16 8 x 4M runs on the resident kernel, fp64 16 x 256K on the streaming one (sm_90).
     static_x = make_input(shape, dtype, "cuda")
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())

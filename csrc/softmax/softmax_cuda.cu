@@ -734,6 +734,16 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
       plan.lanes = static_cast<int>(next_pow2(std::min<int64_t>(row_vecs, 32)));
       plan.vpt = static_cast<int>(next_pow2(ceil_div(row_vecs, plan.lanes)));
     }
+    // Unaligned fp64 softmax and log_softmax rows of 65-128 vectors (129-256 elements), many of them: whole warps of 8
+    // vectors a lane (kDoubleWarpMaxVpl; the rows end in a lane's first 5, kHead), not 32 lanes of 4. Why: the kernel
+    // of 8 values a lane is bound to 3 blocks of 256 threads an SM (scalar_rows_min_blocks: 74-78 registers), the one
+    // of 16 to 4 blocks at 128 threads (62), twice the bytes in flight a warp and more warps. H200, s100 call 3, us
+    // cold / streamed, 4 -> 8 vectors: softmax 32768x255 56.4 / 56.7 -> 37.1 / 36.0, 65536x199 89.0 / 89.2 -> 65.4 /
+    // 62.9, log_softmax 32768x255 56.1 / 57.2 -> 38.4 / 37.6 (torch 35.3, 54.8, 35.1). Aligned rows stay on 4 vectors
+    // (32768x256 34.0 against 36.6 at 8; 65536x200 55.1 against 67.1).
+    if (std::is_same_v<T, double> && scalar_rows && rows_for_wide_warps && plan.lanes == 32 && plan.vpt == 4) {
+      plan.vpt = kDoubleWarpMaxVpl;
+    }
     return plan;
   }
 
@@ -919,7 +929,13 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
     // (Unaligned rows stay: the block kernel keeps no part of them in shared memory.)
     const bool many_short_whole_rows = sizeof(T) == 2 && s.aligned && per_sm == 2 && chunks == 1 &&
                                        s.row_bytes <= kBlockMaxManyRowBytes && s.rows >= 12 * int64_t(s.sms);
-    if (chunks > 0 && !many_short_whole_rows && pipe_rows) {
+    // fp64 rows fall through to the block (2b.), split (3.) and streaming (4.) kernels: the pipelined kernel folds a
+    // piece of 2048 doubles with 64 threads (pipe_threads), two warps of fp64 exponentials an SM. H200, s100 call 4, us
+    // cold / streamed, pipelined (auto) -> the block kernel's 512 threads x 12 shared vectors (2b.) or the streaming
+    // kernel: softmax 1024x16384 437.8 / 434.7 -> 108.1 / 109.2 (block), 130.1 / 130.6 (stream), log_softmax 345.1 /
+    // 342.6 -> 89.3 / 91.4 (block); 2048x8192 235.1 -> 130.1 (stream), 512x32768 260.0 -> 130.3, 64x262144 259.3 ->
+    // 130.1 (stream); torch 144.3, 153.2, 149.9, 261.4; log_softmax 129.8.
+    if (chunks > 0 && !many_short_whole_rows && pipe_rows && sizeof(T) <= 4) {
       plan.kind = RowsKind::Pipe;
       plan.threads = pipe_threads<T>();
       plan.chunks = chunks;
@@ -958,7 +974,12 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
   //    freedom), preferring room for two rows at once (the next row loads while one row waits), the fewest
   //    shared-memory vectors, and the small register size when the large one leaves SMs idle. Otherwise
   //    fall through.
-  const bool prefer_split = auto_rows && (threads > kSplitThreads || few_rows_split<T>(s, threads));
+  //    fp64 rows beyond 512 threads where the pipelined kernel could run (sm_90: step 0 passes them on)
+  //    stream instead: H200, s100 call 4, us cold, fp64 softmax 8x4194304 on the split kernel (auto) 320.7, streaming
+  //    250.5 (64x262144, 512x32768: streaming 130.1-130.3, torch 149.9-261.4).
+  const bool long_fp64_rows = sizeof(T) == 8 && s.pipe && threads > kSplitThreads;
+  const bool prefer_split =
+      auto_rows && !long_fp64_rows && (threads > kSplitThreads || few_rows_split<T>(s, threads));
   if (prefer_split) {
     const int64_t large_chunks = ceil_div(nv, int64_t(kSplitBlockThreads) * Traits::kMaxVpt);
     const int vpt_order[2] = {s.rows * large_chunks < s.sms ? Traits::kSmallVpt : Traits::kMaxVpt, Traits::kMaxVpt};

@@ -935,18 +935,21 @@ def test_fp64_wide_warp_rows_cuda():
 @pytest.mark.cuda
 @requires_cuda
 def test_fp64_long_rows_cuda():
-    # fp64 rows beyond 512 threads of registers take the block kernel with shared memory (2b.), the split kernel or the
-    # streaming kernel, not the pipelined one (heuristic_plan says why): every op on rows that take each, against fp64
-    # after poisoning, and their plans.
+    # fp64 rows beyond 512 threads of registers: on sm_90 the block kernel with shared memory (2b.) or the streaming
+    # kernel, not the pipelined or split ones (heuristic_plan says why): every op on rows of each kind, against fp64
+    # after poisoning (any GPU), and their plans (sm_90 parts of >= 100 SMs: another part's shared memory and kernels
+    # give other plans).
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    shapes = [(2 * sms, 16384), (2 * sms + 1, 8192), (3, 262_144), (2, 131_073)]
+    shapes = [(2 * sms, 16384), (2 * sms + 1, 8192), (3, 262_144), (2, 131_073), (8, 8192), (5, 8191)]
     for shape in shapes:
         x = make_input(shape, torch.float64, "cuda")
         x[::7, -1] += 100.0
         for op, ref_fn, torch_fn in ROW_AND_LSE_OPS:
             poison("cuda", x.numel() * x.element_size())
             check_against_reference(op(x, -1), ref_fn(x, -1), torch_fn(x, -1), torch.float64, f"{op.__name__} {shape}")
-    expected = [(shapes[0], "float64", "block"), (shapes[1], "float64", "block"), ((64, 262_144), "float64", "stream")]
+    _large_sm90_sms("block or streaming")
+    expected = [(shapes[0], "float64", "block"), (shapes[1], "float64", "block"), ((64, 262_144), "float64", "stream"),
+                ((8, 8192), "float64", "stream"), ((4 * sms, 8191), "float64", "stream")]
     for (shape, _, kind), line in zip(expected, _auto_plans(expected, "softmax")):
         assert re.search(rf"plan: {shape[0]}x{shape[1]} kind={kind},", line), line
 
@@ -966,8 +969,9 @@ def test_large_magnitude_logsumexp_rows_cuda(dtype, shape):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
 def test_split_rows_back_to_back_cuda(dtype):
     # Long rows split across blocks, called again and again on new inputs of one shape: each call's exchange
-    # workspace lands on the memory of the previous call's, whose partials must never pass for its own.
-    shape = (16, 262_144)
+    # workspace lands on the memory of the previous call's, whose partials must never pass for its own. (fp64 rows of
+    # 4000: few rows of <= 512 threads split on every GPU; on sm_90 longer ones stream.)
+    shape = (16, 4000) if dtype == torch.float64 else (16, 262_144)
     inputs = [make_input(shape, dtype, "cuda") for _ in range(4)]
     outs = [fae.softmax(x, -1) for x in inputs]
     for x, out in zip(inputs, outs):
@@ -997,13 +1001,14 @@ def test_chained_calls_wait_for_the_previous_kernel_cuda(algorithm, shape, dim):
 @pytest.mark.cuda
 @requires_cuda
 @pytest.mark.parametrize("dtype, shape", [(torch.float32, (16, 262_144)), (torch.bfloat16, (16, 262_144)),
-                                          (torch.float64, (16, 262_144)), (torch.bfloat16, (8, 4_194_304))])
+                                          (torch.float64, (16, 4000)), (torch.bfloat16, (8, 4_194_304))])
 def test_chained_split_rows_in_graph_cuda(dtype, shape):
     # Split-row calls captured back to back, each consuming the previous call's output, replayed on new inputs.
     # Under capture each call zeroes its exchange workspace by a small kernel, and on sm_90 both it and the
     # cooperative launch start early (kernel_launch.h): a split kernel that read the workspace before the zeroing
     # ended, or the input before the previous call wrote it, fails here; the workspaces of the calls alias.
-    # bf16 8 x 4M runs on the resident kernel, fp64 16 x 256K on the streaming one (sm_90).
+    # bf16 8 x 4M runs on the resident kernel (sm_90); fp64 rows of 4000, few, split on every GPU (longer ones stream
+    # on sm_90).
     static_x = make_input(shape, dtype, "cuda")
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
@@ -1105,8 +1110,8 @@ for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.float64):
     # one unaligned length: the block's, and the warp's longest (16-bit and fp32 on the memory's grid); and for the
     # warp a short unaligned row, whose derived lanes are 32 where the kernel's team is a whole warp at compile time
     # (16-bit on the grid at 8 vectors), else the fewest that hold it; and one element short of the longest at 4
-    # vectors (fp32: and 8), on the grid one granule past the lanes' slots on most shifts (16-bit and fp32: folded,
-    # FoldedGranule; fp64 element-wise); 127: folded at fewer lanes than 32 (fp32 at 8 vectors: 4 lanes)
+    # vectors (fp32 and fp64: and 8), on the grid one granule past the lanes' slots on most shifts (16-bit and fp32:
+    # folded, FoldedGranule; fp64 element-wise); 127: folded at fewer lanes than 32 (fp32 at 8 vectors: 4 lanes)
     lengths = (vec, longest // 2, longest) + ((longest // 2 + 1,) if block else (longest - vec + 1, 97, 127))
     lengths += (longest - 1,) if vpl == 4 or (vpl == 8 and vec <= 4) else ()
     for length in lengths:

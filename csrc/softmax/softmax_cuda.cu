@@ -449,9 +449,10 @@ bool unaligned_pipe_rows(const SoftmaxProblem& p, const RowsShape& s) {
 
 // The whole kernel choice. Rows (inner == 1), with nv = len / kVec 16-byte vectors per row (unaligned rows: the most
 // vectors a row spans on the memory's grid, ceil((len + kVec - 1) / kVec)):
-//  1. warp-per-row       ceil(len / kVec) <= 32 * kMaxVpt (1024 fp32 / fp16 / bf16 elements, 512 doubles; logsumexp
+//  1. warp-per-row       ceil(len / kVec) <= 32 * kMaxVpt (1024 fp32 / fp16 / bf16 elements, 256 doubles; logsumexp
 //                        of 16-bit rows and 16-bit softmax / log_softmax rows, aligned or on the memory's grid, but
-//                        the online ones 2048, at >= 32 rows per SM: warp_max_vpl), any algorithm;
+//                        the online ones 2048, and every fp64 row 512, at >= 32 rows per SM: warp_max_vpl), any
+//                        algorithm;
 //                        aligned rows get >= 2 vectors per lane where the row has them (teams of < 32 lanes
 //                        for short rows; on the H100 sweep 2 beat 4 for 128-element bf16 rows), logsumexp
 //                        >= 4, and many aligned 16-bit rows of 17-64 vectors (fp32: 33-56) that leave slots
@@ -710,7 +711,7 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
   const int64_t row_vecs = ceil_div(s.len, Traits::kVec);
   const bool rows_for_wide_warps = s.rows >= kWideWarpMinRowsPerSm * s.sms;
   const bool grid_rows = !s.aligned && lse_rows_on_grid<T>(p.output);
-  // unaligned rows off the grid: 32 * kMaxVpt (warp_max_vpl is kMaxVpt for them)
+  // unaligned rows off the grid: 32 * kMaxVpt (warp_max_vpl is kMaxVpt for them but for fp64: kDoubleWarpMaxVpl)
   const bool online_on_chip = p.algorithm == SoftmaxAlgorithm::Online;
   const bool on_grid = grid_softmax_rows<T>(p, s, row_vecs);
   const int64_t warp_vecs =
@@ -737,10 +738,10 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
     // Unaligned fp64 softmax and log_softmax rows of 65-128 vectors (129-256 elements), many of them: whole warps of 8
     // vectors a lane (kDoubleWarpMaxVpl; the rows end in a lane's first 5, kHead), not 32 lanes of 4. Why: the kernel
     // of 8 values a lane is bound to 3 blocks of 256 threads an SM (scalar_rows_min_blocks: 74-78 registers), the one
-    // of 16 to 4 blocks at 128 threads (62), twice the bytes in flight a warp and more warps. H200, s100 call 3, us
-    // cold / streamed, 4 -> 8 vectors: softmax 32768x255 56.4 / 56.7 -> 37.1 / 36.0, 65536x199 89.0 / 89.2 -> 65.4 /
-    // 62.9, log_softmax 32768x255 56.1 / 57.2 -> 38.4 / 37.6 (torch 35.3, 54.8, 35.1). Aligned rows stay on 4 vectors
-    // (32768x256 34.0 against 36.6 at 8; 65536x200 55.1 against 67.1).
+    // of 16 to 4 (62 registers; launched at 128 threads), twice the bytes in flight a warp and more warps. H200, s100
+    // call 3, us cold / streamed, 4 -> 8 vectors: softmax 32768x255 56.4 / 56.7 -> 37.1 / 36.0, 65536x199 89.0 / 89.2
+    // -> 65.4 / 62.9, log_softmax 32768x255 56.1 / 57.2 -> 38.4 / 37.6 (torch 35.3, 54.8, 35.1). Aligned rows stay on
+    // 4 vectors (32768x256 34.0 against 36.6 at 8; 65536x200 55.1 against 67.1).
     if (std::is_same_v<T, double> && scalar_rows && rows_for_wide_warps && plan.lanes == 32 && plan.vpt == 4) {
       plan.vpt = kDoubleWarpMaxVpl;
     }
@@ -933,8 +934,8 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
     // piece of 2048 doubles with 64 threads (pipe_threads), two warps of fp64 exponentials an SM. H200, s100 call 4, us
     // cold / streamed, pipelined (auto) -> the block kernel's 512 threads x 12 shared vectors (2b.) or the streaming
     // kernel: softmax 1024x16384 437.8 / 434.7 -> 108.1 / 109.2 (block), 130.1 / 130.6 (stream), log_softmax 345.1 /
-    // 342.6 -> 89.3 / 91.4 (block); 2048x8192 235.1 -> 130.1 (stream), 512x32768 260.0 -> 130.3, 64x262144 259.3 ->
-    // 130.1 (stream); torch 144.3, 153.2, 149.9, 261.4; log_softmax 129.8.
+    // 342.6 -> 89.3 / 91.4 (block); 2048x8192 235.1 -> 130.1 (stream; 104.9 on 2b.'s 512 x 4, call 5), 512x32768 260.0
+    // -> 130.3 (stream), 64x262144 259.3 -> 130.1 (stream); torch 144.3, 153.2, 149.9, 261.4; log_softmax 129.8.
     if (chunks > 0 && !many_short_whole_rows && pipe_rows && sizeof(T) <= 4) {
       plan.kind = RowsKind::Pipe;
       plan.threads = pipe_threads<T>();
@@ -974,9 +975,12 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
   //    freedom), preferring room for two rows at once (the next row loads while one row waits), the fewest
   //    shared-memory vectors, and the small register size when the large one leaves SMs idle. Otherwise
   //    fall through.
-  //    fp64 rows beyond 512 threads where the pipelined kernel could run (sm_90: step 0 passes them on)
-  //    stream instead: H200, s100 call 4, us cold, fp64 softmax 8x4194304 on the split kernel (auto) 320.7, streaming
-  //    250.5 (64x262144, 512x32768: streaming 130.1-130.3, torch 149.9-261.4).
+  //    fp64 rows beyond 512 threads where the pipelined kernel could run (sm_90: step 0 passes them on) and that 2b.
+  //    did not take stream instead, neither split nor a block a row (2.): H200, us cold, fp64 softmax 8x4194304 on the
+  //    split kernel (auto before aefecaf) 320.7, streaming 250.5 (s100 call 4); forced split (vpt=large) against
+  //    streaming 64x262144 223.7 / 130.6, 512x32768 211.0 / 131.3, 128x131072 220.7 / 130.9 (call 5; torch
+  //    152.0-264.9).
+  //    Not measured: rows of 544-1024 threads (2049-8192 doubles) that 2b. leaves (fewer than 2 sms rows, unaligned).
   const bool long_fp64_rows = sizeof(T) == 8 && s.pipe && threads > kSplitThreads;
   const bool prefer_split =
       auto_rows && !long_fp64_rows && (threads > kSplitThreads || few_rows_split<T>(s, threads));
@@ -1008,7 +1012,7 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
   //    vectors in registers + the rest in shared memory), 1-3 % faster than this on the H100; on the H200 that
   //    plan ran 32768x2000 at 154 us cold / 150 streamed against 131 / 138 here (sweep through the op, NOTES
   //    "s57 call 2"), slower than torch.softmax (138 / 138).
-  if (threads <= kMaxBlockThreads) {
+  if (threads <= kMaxBlockThreads && !(long_fp64_rows && auto_rows)) {
     plan.kind = RowsKind::Block;
     plan.vpt = vpt;
     plan.threads = static_cast<int>(threads);

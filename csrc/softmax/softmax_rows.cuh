@@ -132,13 +132,14 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? 0
   // a lane: unguarded, ptxas spilled them (16-bit 76 bytes, fp32 12: log_softmax 16384x1023 37.3 -> 40.4 us, s61
   // call 6).
   constexpr bool kGuarded = !kFast && !kAligned && !kPairs && kFixed == FixedRows::General && kVpl * kVec >= 32;
-  // The wide warp (beyond kMaxVpt vectors a lane: 16-bit rows of 129-256 vectors in 256 slots) splits a lane's vectors
-  // into a head of 5 and a tail of 3: rows that end in the head's 160 slots (len + d <= 1280 elements) leave the tail
-  // -inf in every lane, and skip its exponentials (logsumexp since s85: H200 s85 call 3, bf16 us cold, 65536x1023 52.0
-  // -> 47.3, 65536x1104 46.7 -> 41.0, 65536x1280 47.5 -> 43.0; longer rows within 0.3 either way, 65536x1281 53.5 ->
-  // 53.7) and, for softmax and log_softmax, its normalization and stores too (s90 call 1, bf16 us cold: softmax
-  // 65536x1032 80.4 -> 74.7, 65536x1104 81.9 -> 76.9, 65536x1280 85.9 -> 82.7, 8192x1032 14.5 -> 13.6; log_softmax
-  // 65536x1032 79.2 -> 75.4; 1288 and longer level).
+  // The wide warp (beyond kMaxVpt vectors a lane: 16-bit rows of 129-256 vectors in 256 slots; fp64 rows of 129-256 too
+  // since s100, where the head holds 320 elements) splits a lane's vectors into a head of 5 and a tail of 3: rows that
+  // end in the head's 160 slots (16-bit: len + d <= 1280 elements) leave the tail -inf in every lane, and skip its
+  // exponentials (logsumexp since s85: H200 s85 call 3, bf16 us cold, 65536x1023 52.0 -> 47.3, 65536x1104 46.7 -> 41.0,
+  // 65536x1280 47.5 -> 43.0; longer rows within 0.3 either way, 65536x1281 53.5 -> 53.7) and, for softmax and
+  // log_softmax, its normalization and stores too (s90 call 1, bf16 us cold: softmax 65536x1032 80.4 -> 74.7,
+  // 65536x1104 81.9 -> 76.9, 65536x1280 85.9 -> 82.7, 8192x1032 14.5 -> 13.6; log_softmax 65536x1032 79.2 -> 75.4; 1288
+  // and longer level).
   constexpr int kHead = kVpl > RowsTraits<T>::kMaxVpt ? kVpl - 3 : kVpl;
   // held raw: packed_store.cuh says why (the grid's softmax kernels are folded ones only: grid_softmax_kernel)
   constexpr bool kRawRows = !kAligned && raw_grid_rows<T>(kVpl, kGrid, kFixed);

@@ -976,11 +976,11 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
   //    shared-memory vectors, and the small register size when the large one leaves SMs idle. Otherwise
   //    fall through.
   //    fp64 rows beyond 512 threads where the pipelined kernel could run (sm_90: step 0 passes them on) and that 2b.
-  //    did not take stream instead, neither split nor a block a row (2.): H200, us cold, fp64 softmax 8x4194304 on the
-  //    split kernel (auto before aefecaf) 320.7, streaming 250.5 (s100 call 4); forced split (vpt=large) against
-  //    streaming 64x262144 223.7 / 130.6, 512x32768 211.0 / 131.3, 128x131072 220.7 / 130.9 (call 5; torch
-  //    152.0-264.9).
-  //    Not measured: rows of 544-1024 threads (2049-8192 doubles) that 2b. leaves (fewer than 2 sms rows, unaligned).
+  //    did not take do not split: those of up to 1024 threads (8192 doubles) take a block a row (2.), longer ones
+  //    stream. H200, us cold, fp64 softmax 8x4194304 on the split kernel (auto before aefecaf) 320.7, streaming 250.5
+  //    (s100 call 4); forced split (vpt=large) against streaming 64x262144 223.7 / 130.6, 512x32768 211.0 / 131.3,
+  //    128x131072 220.7 / 130.9 (call 5; torch 152.0-264.9); a block a row against streaming (call 7): 8x8192 10.3 /
+  //    18.3, 64x8192 11.7 / 20.3, 528x8191 35.7 / 42.6, 5x8191 10.6 / 18.5, 100x6000 10.9 / 19.1 (torch 11.0-40.6).
   const bool long_fp64_rows = sizeof(T) == 8 && s.pipe && threads > kSplitThreads;
   const bool prefer_split =
       auto_rows && !long_fp64_rows && (threads > kSplitThreads || few_rows_split<T>(s, threads));
@@ -1012,7 +1012,7 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
   //    vectors in registers + the rest in shared memory), 1-3 % faster than this on the H100; on the H200 that
   //    plan ran 32768x2000 at 154 us cold / 150 streamed against 131 / 138 here (sweep through the op, NOTES
   //    "s57 call 2"), slower than torch.softmax (138 / 138).
-  if (threads <= kMaxBlockThreads && !(long_fp64_rows && auto_rows)) {
+  if (threads <= kMaxBlockThreads) {
     plan.kind = RowsKind::Block;
     plan.vpt = vpt;
     plan.threads = static_cast<int>(threads);

@@ -930,12 +930,13 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
     // (Unaligned rows stay: the block kernel keeps no part of them in shared memory.)
     const bool many_short_whole_rows = sizeof(T) == 2 && s.aligned && per_sm == 2 && chunks == 1 &&
                                        s.row_bytes <= kBlockMaxManyRowBytes && s.rows >= 12 * int64_t(s.sms);
-    // fp64 rows fall through to the block (2b.), split (3.) and streaming (4.) kernels: the pipelined kernel folds a
-    // piece of 2048 doubles with 64 threads (pipe_threads), two warps of fp64 exponentials an SM. H200, s100 call 4, us
-    // cold / streamed, pipelined (auto) -> the block kernel's 512 threads x 12 shared vectors (2b.) or the streaming
-    // kernel: softmax 1024x16384 437.8 / 434.7 -> 108.1 / 109.2 (block), 130.1 / 130.6 (stream), log_softmax 345.1 /
-    // 342.6 -> 89.3 / 91.4 (block); 2048x8192 235.1 -> 130.1 (stream; 104.9 on 2b.'s 512 x 4, call 5), 512x32768 260.0
-    // -> 130.3 (stream), 64x262144 259.3 -> 130.1 (stream); torch 144.3, 153.2, 149.9, 261.4; log_softmax 129.8.
+    // fp64 rows fall through to the block kernel (2b., else 2.) and the streaming one (4.; not split, 3. says why): the
+    // pipelined kernel folds a piece of 2048 doubles with 64 threads (pipe_threads), two warps of fp64 exponentials an
+    // SM. H200, s100 call 4, us cold / streamed, pipelined (auto) -> the block kernel's 512 threads x 12 shared vectors
+    // (2b.) or the streaming kernel: softmax 1024x16384 437.8 / 434.7 -> 108.1 / 109.2 (block), 130.1 / 130.6 (stream),
+    // log_softmax 345.1 / 342.6 -> 89.3 / 91.4 (block); 2048x8192 235.1 -> 130.1 (stream; 104.9 on 2b.'s 512 x 4, call
+    // 5), 512x32768 260.0 -> 130.3 (stream), 64x262144 259.3 -> 130.1 (stream); torch 144.3, 153.2, 149.9, 261.4;
+    // log_softmax 129.8.
     if (chunks > 0 && !many_short_whole_rows && pipe_rows && sizeof(T) <= 4) {
       plan.kind = RowsKind::Pipe;
       plan.threads = pipe_threads<T>();

@@ -132,8 +132,8 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? 0
   // a lane: unguarded, ptxas spilled them (16-bit 76 bytes, fp32 12: log_softmax 16384x1023 37.3 -> 40.4 us, s61
   // call 6).
   constexpr bool kGuarded = !kFast && !kAligned && !kPairs && kFixed == FixedRows::General && kVpl * kVec >= 32;
-  // The wide warp (beyond kMaxVpt vectors a lane: 16-bit rows of 129-256 vectors in 256 slots; fp64 rows of 129-256 too
-  // since s100, where the head holds 320 elements) splits a lane's vectors into a head of 5 and a tail of 3: rows that
+  // The wide warp (beyond kMaxVpt vectors a lane: 16-bit rows of 129-256 vectors in 256 slots; since s100 fp64 rows of
+  // 65-256 vectors, whose head holds 320 elements) splits a lane's vectors into a head of 5 and a tail of 3: rows that
   // end in the head's 160 slots (16-bit: len + d <= 1280 elements) leave the tail -inf in every lane, and skip its
   // exponentials (logsumexp since s85: H200 s85 call 3, bf16 us cold, 65536x1023 52.0 -> 47.3, 65536x1104 46.7 -> 41.0,
   // 65536x1280 47.5 -> 43.0; longer rows within 0.3 either way, 65536x1281 53.5 -> 53.7) and, for softmax and

@@ -13,16 +13,16 @@ namespace softmax {
 
 // Writes the outputs of the first `live` raw vectors of a lane (load_raw_shifted's layout: vector s of thread t of nt
 // at group offset o = (s * nt + t) * kVec, the group 16-byte aligned, d elements before the row): softmax
-// exp(x - m) / sum as e(x) * scale (e: the sum's FusedExp2, scale: its correction over the sum), log_softmax as epi
-// maps it (Epilogue::log_out).
+// exp(x - m) / sum as e(x) * e.correction * epi.scale (e: the sum's FusedExp2, whose correction the row's scale takes),
+// log_softmax as epi maps it (Epilogue::log_out).
 // Elements inside the row only: a whole vector as one 16-byte store where the output row lies on the input's grid,
 // edge vectors element by element; kFold: the first `count` places of lane 0's first vector hold the row's elements of
 // the granule past the team's slots (FoldedGranule), and go back there.
 template <typename T, int kN, bool kFold>
 __device__ __forceinline__ void store_raw_shifted(T* row, int64_t len, int d, int nt, int t, const uint4 (&raw)[kN],
-                                                  const Epilogue<T, true>& epi, const FusedExp2& e, float scale,
-                                                  int live) {
+                                                  const Epilogue<T, true>& epi, const FusedExp2& e, int live) {
   constexpr int kVec = RowsTraits<T>::kVec;
+  const float scale = e.correction * epi.scale;
   const ShiftedBounds b(len, 0, d);
   const bool same_grid = misalignment(row) == d;
   T* group = row - d;

@@ -178,8 +178,7 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? 0
       if constexpr (kRawRows) {  // softmax / log_softmax on the grid beyond kMaxVpt: packed_store.cuh
         const FusedExp2 e = FusedExp2::at<T>(ref);
         const Epilogue<T, true> epi(output, OnlineState<A>{ref, sum}, ref);
-        store_raw_shifted<T, kVpl, kFold>(p.y + offset, len, d, lanes, li, raw, epi, e, e.correction * epi.scale,
-                                          tail ? kVpl : kHead);
+        store_raw_shifted<T, kVpl, kFold>(p.y + offset, len, d, lanes, li, raw, epi, e, tail ? kVpl : kHead);
       } else if (valid && li == 0) {
         p.y[row] = from_acc<T>(row_lse(OnlineState<A>{ref, sum}));
       }

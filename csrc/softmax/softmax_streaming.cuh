@@ -102,7 +102,8 @@ __global__ void __launch_bounds__(kStreamThreads) softmax_stream_reduce_kernel(c
 }
 
 // Last pass of softmax / log_softmax: the block merges its row's partials, then rewrites its chunk with the
-// same mapping as the reduce kernel: softmax y = rescale(x, M) / D, log_softmax y = x - (M + log D) (Epilogue).
+// same mapping as the reduce kernel: softmax y = rescale(x, M) / D, log_softmax as Epilogue::log_out (fp32 / fp64:
+// (x - M) - log D; 16-bit: x - (M + log D)).
 template <typename T, bool kAligned>
 __global__ void __launch_bounds__(kStreamThreads) softmax_stream_normalize_kernel(const StreamParams<T> p) {
   begin_dependent_grid();

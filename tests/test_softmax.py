@@ -1276,7 +1276,9 @@ def test_half_team_routing_cuda():
     # Where "auto" runs aligned 16-bit softmax and log_softmax rows on half the lanes at 4 vectors each (half_team_rows):
     # rows of 17-64 vectors that fill at most 7/8 of their teams of 2 vectors a lane, any algorithm, where the halved
     # teams give every SM 64 warps; fp32 rows alike from 33 vectors (teams of 32 lanes), those of 33-44 vectors from 44
-    # warps an SM; not rows that fill more, rows of a power of two vectors, nor fewer rows.
+    # warps an SM; not rows that fill more, rows of a power of two vectors, nor fewer rows. fp64 rows from 33 vectors
+    # (66 doubles), full teams too, from 64 warps an SM: 66 and 98 leave a lane's last vector dead in every lane (the
+    # kernel skips it: live_vectors).
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     cases = [  # rows, cols, dtype, op, offset, algorithm: lanes, vpt
         ((256 * sms, 136, "bfloat16", "softmax", 0, "auto"), (8, 4)),
@@ -1297,7 +1299,12 @@ def test_half_team_routing_cuda():
         ((88 * sms - 1, 164, "float32", "log_softmax", 0, "auto"), (32, 2)),
         ((88 * sms, 176, "float32", "softmax", 0, "auto"), (16, 4)),
         ((128 * sms - 1, 180, "float32", "log_softmax", 0, "auto"), (32, 2)),
-        ((128 * sms, 180, "float32", "softmax", 0, "auto"), (16, 4))]
+        ((128 * sms, 180, "float32", "softmax", 0, "auto"), (16, 4)),
+        ((128 * sms, 66, "float64", "softmax", 0, "auto"), (16, 4)),
+        ((128 * sms, 98, "float64", "log_softmax", 0, "online"), (16, 4)),
+        ((128 * sms, 128, "float64", "softmax", 0, "safe"), (16, 4)),
+        ((128 * sms - 1, 128, "float64", "softmax", 0, "auto"), (32, 2)),
+        ((256 * sms, 64, "float64", "softmax", 0, "auto"), (16, 2))]
     for (rows, cols, *_), (lanes, vpt), line in _routed_plans(cases):
         assert re.search(rf"plan: {rows}x{cols} kind=warp,lanes={lanes},vpt={vpt},.*,grid=0$", line), line
 

@@ -456,7 +456,7 @@ bool unaligned_pipe_rows(const SoftmaxProblem& p, const RowsShape& s) {
 //                        aligned rows get >= 2 vectors per lane where the row has them (teams of < 32 lanes
 //                        for short rows; on the H100 sweep 2 beat 4 for 128-element bf16 rows), logsumexp
 //                        >= 4, and many aligned 16-bit rows of 17-64 vectors (fp32: 33-56) that leave slots
-//                        idle 4 (half_team_rows);
+//                        idle, and fp64 rows of 33-64, 4 (half_team_rows);
 //  2. block-per-row      row in registers of one block of <= 1024 threads (32K fp32 / 16-bit, 16K doubles),
 //                        the large vectors-per-thread size (fewest threads, most bytes in flight per thread);
 //                        "auto" softmax/log_softmax uses it only up to 512 threads and when rows fill the GPU;
@@ -533,8 +533,14 @@ int wide_team_lanes(int64_t row_vecs) {
 constexpr int64_t kHalfTeamMinWarpsPerSm = 64;
 // fp32 rows too since session 92, those of 33-56 vectors (teams of 32 lanes -> 16 lanes x 4; H200, s92 call 5,
 // forced, us cold / streamed: 65536x160 27.7 / 26.2 -> 23.3 / 22.5 (torch 25.7 / 24.8), 65536x200 29.5 / 28.1 -> 28.4
-// / 27.7; 8 x 8 lost at 200 elements, 44.8). Not fp64 (not timed): its minimum, 65, is past the 64 vectors allowed.
+// / 27.7; 8 x 8 lost at 200 elements, 44.8).
 constexpr int64_t kHalfTeamFp32MinVecs = 33;
+// fp64 rows from 33 vectors (66-128 doubles: 32 x 2 -> 16 x 4) since session 101, full teams too (their exponentials,
+// not their loads, set the pace: softmax_warp_rows_kernel's live). H200, s101 call 1, forced, us cold / streamed
+// (torch): softmax 65536x66 35.2 / 33.1 -> 27.4 / 25.4 (30.2 / 27.6), 65536x96 37.5 / 34.7 -> 29.4 / 27.8 (30.4 /
+// 28.9), 65536x112 37.3 / 36.2 -> 31.1 / 30.7 (34.0 / 32.1), 65536x128 37.8 / 36.8 -> 35.3 / 35.4 (34.5 / 36.1),
+// 32768x128 20.4 / 19.7 -> 19.6 / 18.9 (19.3 / 19.5); log_softmax 65536x128 40.5 / 38.8 -> 35.3 (33.7 / 35.8).
+constexpr int64_t kHalfTeamFp64MinVecs = 33;
 // fp32 rows of 33-40 vectors (132-160 elements: 16 x 4 fills at most 5/8 of its slots) take half teams from 44 warps
 // an SM (11616 rows on 132 SMs); longer ones keep the 64-warp gate. H200, s93 call 4, forced 32 x 2 (auto) -> 16 x 4,
 // us cold / streamed (torch): softmax 12288x132 8.6 / 5.9 -> 7.7 / 4.9 (8.4 / 6.3), 12288x160 9.0 / 6.2 -> 8.6 / 5.6
@@ -557,11 +563,11 @@ constexpr int64_t kHalfTeamFp32MinVecs = 33;
 constexpr int64_t kHalfTeamFp32ShortMaxVecs = 44;
 constexpr int64_t kHalfTeamFp32ShortMinWarpsPerSm = 44;
 template <typename T> bool half_team_rows(const SoftmaxProblem& p, const RowsShape& s, int64_t row_vecs) {
-  const int64_t min_vecs = sizeof(T) == 2 ? 17 : sizeof(T) == 4 ? kHalfTeamFp32MinVecs : 65;
+  const int64_t min_vecs = sizeof(T) == 2 ? 17 : sizeof(T) == 4 ? kHalfTeamFp32MinVecs : kHalfTeamFp64MinVecs;
   const bool short_fp32 = sizeof(T) == 4 && row_vecs <= kHalfTeamFp32ShortMaxVecs;
   const int64_t min_warps = short_fp32 ? kHalfTeamFp32ShortMinWarpsPerSm : kHalfTeamMinWarpsPerSm;
   return s.aligned && p.output != SoftmaxOutput::LogSumExp && row_vecs >= min_vecs && row_vecs <= 64 &&
-         8 * row_vecs <= 7 * next_pow2(row_vecs) &&
+         (sizeof(T) == 8 || 8 * row_vecs <= 7 * next_pow2(row_vecs)) &&
          s.rows * wide_team_lanes(row_vecs) >= int64_t(32) * min_warps * s.sms;
 }
 

@@ -201,7 +201,17 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? 0
       load_group<T, kVpl, kAligned>(p.x + offset, len, 0, lanes, li, v);
     }
     // Aligned rows and fp64 rows only: the other wide-warp rows (kVpl > kMaxVpt), logsumexp's and kRawRows, are above.
-    const int live = reaches_tail(static_cast<int>(len), lanes) ? kVpl : kHead;
+    // fp64 rows held as vectors or element by element skip every vector past the row's end in all lanes (live_vectors,
+    // from the row length, so uniform over the block): fp64 exponentials, dozens of instructions each, and not the
+    // loads set these kernels' pace (H200, s101 call 1: forced 8 vectors a lane, unaligned softmax 65536x67, x131 and
+    // x199, 5 of them live, all ran 64.5-65.5 us cold, where 2 vectors a lane took 38.7 at x67). Not aligned rows of 8
+    // vectors a lane (the head's 5 stay): there the count took the fixed kernels from 64 to 76-78 registers (local
+    // ptxas sm_90a), 24 warps an SM instead of 32; nor rows of one vector, always live.
+    constexpr bool kSkipDead = std::is_same_v<T, double> && !kPairs && !kOnGrid && kVpl > 1 &&
+                               !(kAligned && kVpl > RowsTraits<T>::kMaxVpt);
+    const int live = kSkipDead                                 ? live_vectors<kVpl>(static_cast<int>(p.len), lanes, kVec)
+                     : reaches_tail(static_cast<int>(len), lanes) ? kVpl
+                                                                  : kHead;
     const OnlineState<A> row_state = team_row<T, kVpl, kFast, kGuarded>(v, lanes, output, online, live);
     if (output == SoftmaxOutput::LogSumExp) {
       if (valid && li == 0) p.y[row] = from_acc<T>(row_lse(row_state));

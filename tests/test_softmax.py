@@ -901,12 +901,13 @@ def test_fp64_wide_warp_rows_cuda():
     # every SM kWideWarpMinRowsPerSm, every output and algorithm: aligned rows on the fixed instantiations, unaligned
     # ones element by element on the general one, as are unaligned softmax and log_softmax rows of 129-256 elements
     # (logsumexp's stay on 4 vectors). 320 is the last length whose rows end in a lane's first 5 vectors (the rest
-    # skipped), 321 the first past it; 511, 257, 255 and 129 odd, 501, 400 and 199 at +1 off the grid; the row max at
-    # either edge.
+    # skipped), 321 the first past it; 511, 257, 255 and 129 odd, 501, 400 and 199 at +1 off the grid; 161, 131, 67
+    # (32 lanes x 2 vectors) and 33 (16 x 2) leave a lane's last values dead in every lane (skipped: live_values); the
+    # row max at either edge.
     rows = WIDE_WARP_ROWS_PER_SM * torch.cuda.get_device_properties(0).multi_processor_count
     dtype = torch.float64
     for length, offset in ((512, 0), (511, 0), (501, 1), (320, 0), (321, 0), (258, 0), (257, 0), (400, 1), (255, 0),
-                           (199, 1), (129, 0)):
+                           (199, 1), (161, 0), (131, 0), (129, 0), (67, 0), (33, 1)):
         x = make_input((rows * length + offset,), dtype, "cuda")[offset:].view(rows, length)
         x[::7, -1] += 100.0
         x[3::7, 0] += 100.0
@@ -1276,9 +1277,9 @@ def test_half_team_routing_cuda():
     # Where "auto" runs aligned 16-bit softmax and log_softmax rows on half the lanes at 4 vectors each (half_team_rows):
     # rows of 17-64 vectors that fill at most 7/8 of their teams of 2 vectors a lane, any algorithm, where the halved
     # teams give every SM 64 warps; fp32 rows alike from 33 vectors (teams of 32 lanes), those of 33-44 vectors from 44
-    # warps an SM; not rows that fill more, rows of a power of two vectors, nor fewer rows. fp64 rows from 33 vectors
-    # (66 doubles), full teams too, from 64 warps an SM: 66 and 98 leave a lane's last vector dead in every lane (the
-    # kernel skips it: live_vectors).
+    # warps an SM; not rows that fill more, rows of a power of two vectors, nor fewer rows. fp64 rows from 17 vectors
+    # (34 doubles), full teams too, from 64 warps an SM: 34, 66 and 98 leave a lane's last vector dead in every lane
+    # (the kernel skips it: live_vectors).
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     cases = [  # rows, cols, dtype, op, offset, algorithm: lanes, vpt
         ((256 * sms, 136, "bfloat16", "softmax", 0, "auto"), (8, 4)),
@@ -1304,7 +1305,10 @@ def test_half_team_routing_cuda():
         ((128 * sms, 98, "float64", "log_softmax", 0, "online"), (16, 4)),
         ((128 * sms, 128, "float64", "softmax", 0, "safe"), (16, 4)),
         ((128 * sms - 1, 128, "float64", "softmax", 0, "auto"), (32, 2)),
-        ((256 * sms, 64, "float64", "softmax", 0, "auto"), (16, 2))]
+        ((256 * sms, 34, "float64", "log_softmax", 0, "auto"), (8, 4)),
+        ((256 * sms, 64, "float64", "softmax", 0, "auto"), (8, 4)),
+        ((256 * sms - 1, 48, "float64", "softmax", 0, "auto"), (16, 2)),
+        ((256 * sms, 32, "float64", "softmax", 0, "auto"), (8, 2))]
     for (rows, cols, *_), (lanes, vpt), line in _routed_plans(cases):
         assert re.search(rf"plan: {rows}x{cols} kind=warp,lanes={lanes},vpt={vpt},.*,grid=0$", line), line
 

@@ -456,7 +456,7 @@ bool unaligned_pipe_rows(const SoftmaxProblem& p, const RowsShape& s) {
 //                        aligned rows get >= 2 vectors per lane where the row has them (teams of < 32 lanes
 //                        for short rows; on the H100 sweep 2 beat 4 for 128-element bf16 rows), logsumexp
 //                        >= 4, and many aligned 16-bit rows of 17-64 vectors (fp32: 33-56) that leave slots
-//                        idle, and fp64 rows of 33-64, 4 (half_team_rows);
+//                        idle, and fp64 rows of 17-64, 4 (half_team_rows);
 //  2. block-per-row      row in registers of one block of <= 1024 threads (32K fp32 / 16-bit, 16K doubles),
 //                        the large vectors-per-thread size (fewest threads, most bytes in flight per thread);
 //                        "auto" softmax/log_softmax uses it only up to 512 threads and when rows fill the GPU;
@@ -535,12 +535,14 @@ constexpr int64_t kHalfTeamMinWarpsPerSm = 64;
 // forced, us cold / streamed: 65536x160 27.7 / 26.2 -> 23.3 / 22.5 (torch 25.7 / 24.8), 65536x200 29.5 / 28.1 -> 28.4
 // / 27.7; 8 x 8 lost at 200 elements, 44.8).
 constexpr int64_t kHalfTeamFp32MinVecs = 33;
-// fp64 rows from 33 vectors (66-128 doubles: 32 x 2 -> 16 x 4) since session 101, full teams too (their exponentials,
-// not their loads, set the pace: softmax_warp_rows_kernel's live). H200, s101 call 1, forced, us cold / streamed
-// (torch): softmax 65536x66 35.2 / 33.1 -> 27.4 / 25.4 (30.2 / 27.6), 65536x96 37.5 / 34.7 -> 29.4 / 27.8 (30.4 /
-// 28.9), 65536x112 37.3 / 36.2 -> 31.1 / 30.7 (34.0 / 32.1), 65536x128 37.8 / 36.8 -> 35.3 / 35.4 (34.5 / 36.1),
-// 32768x128 20.4 / 19.7 -> 19.6 / 18.9 (19.3 / 19.5); log_softmax 65536x128 40.5 / 38.8 -> 35.3 (33.7 / 35.8).
-constexpr int64_t kHalfTeamFp64MinVecs = 33;
+// fp64 rows from 17 vectors (34-128 doubles: 16 x 2 -> 8 x 4, 32 x 2 -> 16 x 4) since session 101, full teams too.
+// H200, forced, us cold / streamed (torch): s101 call 1, softmax 65536x66 35.2 / 33.1 -> 27.4 / 25.4 (30.2 / 27.6),
+// 65536x96 37.5 / 34.7 -> 29.4 / 27.8 (30.4 / 28.9), 65536x112 37.3 / 36.2 -> 31.1 / 30.7 (34.0 / 32.1), 65536x128 37.8
+// / 36.8 -> 35.3 / 35.4 (34.5 / 36.1), 32768x128 20.4 / 19.7 -> 19.6 / 18.9 (19.3 / 19.5); log_softmax 65536x128 40.5 /
+// 38.8 -> 35.3 (33.7 / 35.8); s101 call 2, softmax 65536x34 20.3 / 17.8 -> 15.0 / 12.7 (20.8 / 17.9), 65536x40 21.0 /
+// 18.4 -> 15.5 / 13.6 (21.7 / 18.5), 65536x48 20.8 / 19.0 -> 15.6 / 14.7 (21.2 / 18.8), 65536x64 20.5 / 19.8 -> 19.1 /
+// 19.1 (20.9 / 19.8); log_softmax 65536x64 22.3 / 20.7 -> 19.6 / 19.0 (23.6 / 20.5).
+constexpr int64_t kHalfTeamFp64MinVecs = 17;
 // fp32 rows of 33-40 vectors (132-160 elements: 16 x 4 fills at most 5/8 of its slots) take half teams from 44 warps
 // an SM (11616 rows on 132 SMs); longer ones keep the 64-warp gate. H200, s93 call 4, forced 32 x 2 (auto) -> 16 x 4,
 // us cold / streamed (torch): softmax 12288x132 8.6 / 5.9 -> 7.7 / 4.9 (8.4 / 6.3), 12288x160 9.0 / 6.2 -> 8.6 / 5.6

@@ -901,9 +901,9 @@ def test_fp64_wide_warp_rows_cuda():
     # every SM kWideWarpMinRowsPerSm, every output and algorithm: aligned rows on the fixed instantiations, unaligned
     # ones element by element on the general one, as are unaligned softmax and log_softmax rows of 129-256 elements
     # (logsumexp's stay on 4 vectors). 320 is the last length whose rows end in a lane's first 5 vectors (the rest
-    # skipped), 321 the first past it; 511, 257, 255 and 129 odd, 501, 400 and 199 at +1 off the grid; 161, 131, 67
-    # (32 lanes x 2 vectors) and 33 (16 x 2) leave a lane's last values dead in every lane (skipped: live_values); the
-    # row max at either edge.
+    # skipped), 321 the first past it; 511, 257, 255 and 129 odd, 501, 400 and 199 at +1 off the grid; 161 and 131
+    # leave 5 of a lane's 8 vectors dead in every lane (skipped: live_vectors), 67 (32 lanes x 2 vectors) and 33 (16 x
+    # 2) a lane's last value; the row max at either edge.
     rows = WIDE_WARP_ROWS_PER_SM * torch.cuda.get_device_properties(0).multi_processor_count
     dtype = torch.float64
     for length, offset in ((512, 0), (511, 0), (501, 1), (320, 0), (321, 0), (258, 0), (257, 0), (400, 1), (255, 0),

@@ -157,11 +157,9 @@ struct FusedExp2 {
 // rescale's form: where the exponentials, no longer behind a branch each, overlap and the registers run out
 // (ptxas spilled the 32-value element-wise warp rows and fp64 block rows). `live` (here, in store_group and in
 // store_group_shifted): the leading vectors that can hold elements, a count uniform over the block (live_vectors);
-// the others are skipped: neither summed (nor kept) nor stored. The default, kN, folds away at compile time. Likewise
-// live_values, the leading values (vector i's value j is value i * kM + j) of rows held element by element, whose value
-// k lies at k * lanes of the row (load_group's scalar mapping): fp64 warp rows skip the values past the row's end too.
+// the others are skipped: neither summed (nor kept) nor stored. The default, kN, folds away at compile time.
 template <bool kFast, bool kGuarded = false, typename A, int kN, int kM>
-__device__ __forceinline__ A sum_rescaled(A (&v)[kN][kM], A ref, bool keep, int live = kN, int live_values = kN * kM) {
+__device__ __forceinline__ A sum_rescaled(A (&v)[kN][kM], A ref, bool keep, int live = kN) {
   static_assert(!(kFast && kGuarded), "the fast exponential has no guard");
   const ShiftedExp<A, kFast> e(ref);
   A sum = A(0);
@@ -170,7 +168,6 @@ __device__ __forceinline__ A sum_rescaled(A (&v)[kN][kM], A ref, bool keep, int 
     if (i >= live) break;
 #pragma unroll
     for (int j = 0; j < kM; ++j) {
-      if (i * kM + j >= live_values) break;
       const A term = kGuarded ? rescale(v[i][j], ref) : e(v[i][j]);
       sum += term;
       if (keep) v[i][j] = term;
@@ -535,8 +532,7 @@ __device__ __forceinline__ void load_group(const T* row, int64_t len, int64_t fi
 
 template <typename T, int kN, bool kAligned>
 __device__ __forceinline__ void store_group(T* row, int64_t len, int64_t first, int nt, int t,
-                                            const acc_t<T> (&v)[kN][RowsTraits<T>::kVec], int live = kN,
-                                            int live_values = kN * RowsTraits<T>::kVec) {
+                                            const acc_t<T> (&v)[kN][RowsTraits<T>::kVec], int live = kN) {
   constexpr int kVec = RowsTraits<T>::kVec;
   if constexpr (kAligned) {
     const int64_t base = first + static_cast<int64_t>(t) * kVec;
@@ -557,7 +553,6 @@ __device__ __forceinline__ void store_group(T* row, int64_t len, int64_t first, 
       if (s >= live) break;
 #pragma unroll
       for (int j = 0; j < kVec; ++j) {
-        if (s * kVec + j >= live_values) break;
         const int off = (s * kVec + j) * nt;
         if (off < rem) __stwb(ptr, from_acc<T>(v[s][j]));  // st.global (held_pointer)
         ptr = held_pointer(ptr + nt);
@@ -700,8 +695,7 @@ __device__ __forceinline__ void load_row_folded(const T* row, int64_t len, int d
 
 template <typename T, int kN>
 __device__ __forceinline__ void store_group_shifted(T* row, int64_t len, int64_t first, int d, int nt, int t,
-                                                    const acc_t<T> (&v)[kN][RowsTraits<T>::kVec], int live = kN,
-                                            int live_values = kN * RowsTraits<T>::kVec) {
+                                                    const acc_t<T> (&v)[kN][RowsTraits<T>::kVec], int live = kN) {
   constexpr int kVec = RowsTraits<T>::kVec;
   const ShiftedBounds b(len, first, d);
   const bool same_grid = misalignment(row) == d;

@@ -22,18 +22,16 @@ namespace softmax {
 // across the team's `lanes` lanes (xor-shuffles) and, unless the output is logsumexp, the epilogue, which leaves the
 // outputs in v. kFast: the sum's terms by the 16-bit fast exponential (ShiftedExp). Every thread's local max comes
 // first and exp(x - local max) stays in v, so softmax costs one exponential per element whichever reduction runs.
-// live, live_values: a lane's leading vectors and values that can hold elements (sum_rescaled); the others are neither
-// summed nor normalized.
+// live: a lane's leading vectors that can hold elements (sum_rescaled); the others are neither summed nor normalized.
 template <typename T, int kVpl, bool kFast, bool kGuarded = false>
 __device__ __forceinline__ OnlineState<acc_t<T>> team_row(acc_t<T> (&v)[kVpl][RowsTraits<T>::kVec], int lanes,
-                                                          SoftmaxOutput output, bool online, int live = kVpl,
-                                                          int live_values = kVpl * RowsTraits<T>::kVec) {
+                                                          SoftmaxOutput output, bool online, int live = kVpl) {
   using A = acc_t<T>;
   constexpr int kVec = RowsTraits<T>::kVec;
   const A local_max = max_of(v);
   // The terms are taken against the lane's own max (online) or the row max (safe).
   const A ref = online ? local_max : warp_allreduce(local_max, MaxOp{}, lanes);
-  const A local_sum = sum_rescaled<kFast, kGuarded>(v, ref, output == SoftmaxOutput::Softmax, live, live_values);
+  const A local_sum = sum_rescaled<kFast, kGuarded>(v, ref, output == SoftmaxOutput::Softmax, live);
   OnlineState<A> row_state;
   if (online) {
     row_state = warp_allreduce(OnlineState<A>{ref, local_sum}, MergeOp{}, lanes);
@@ -46,10 +44,7 @@ __device__ __forceinline__ OnlineState<acc_t<T>> team_row(acc_t<T> (&v)[kVpl][Ro
     for (int s = 0; s < kVpl; ++s) {
       if (s >= live) break;
 #pragma unroll
-      for (int j = 0; j < kVec; ++j) {
-        if (s * kVec + j >= live_values) break;
-        v[s][j] = epi.apply_term(v[s][j]);
-      }
+      for (int j = 0; j < kVec; ++j) v[s][j] = epi.apply_term(v[s][j]);
     }
   }
   return row_state;
@@ -211,18 +206,16 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? 0
     // loads set these kernels' pace (H200, s101 call 1: forced 8 vectors a lane, unaligned softmax 65536x67, x131 and
     // x199, 5 of them live, all ran 64.5-65.5 us cold, where 2 vectors a lane took 38.7 at x67). Not aligned rows of 8
     // vectors a lane (the head's 5 stay): there the count took the fixed kernels from 64 to 76-78 registers (local
-    // ptxas sm_90a), 24 warps an SM instead of 32; nor rows of one vector, always live.
-    // Rows held element by element skip values too: value k of a lane lies at k * lanes of the row, so the row's last
-    // vector may hold a dead value in every lane (H200, s101 call 2, forced 16 lanes x 4 vectors against auto's 32 x 2,
-    // unaligned softmax 65536x67: 27.1 us cold against 36.6, 3 of 4 vectors live against 2 of 2).
+    // ptxas sm_90a), 24 warps an SM instead of 32; nor rows of one vector, always live. Not value by value (a break
+    // before each of a vector's values, rows held element by element): every exponential then sat behind its own
+    // branch, and the unaligned rows lost (H200, s101 call 3, us cold, vectors -> values: softmax 65536x131 55.7 -> 65.3,
+    // x199 62.0 -> 75.0, x255 67.6 -> 78.4, x67 36.5 -> 39.0; log_softmax 32768x255 36.8 -> 43.6).
     constexpr bool kSkipDead = std::is_same_v<T, double> && !kPairs && !kOnGrid && kVpl > 1 &&
                                !(kAligned && kVpl > RowsTraits<T>::kMaxVpt);
     const int live = kSkipDead                                 ? live_vectors<kVpl>(static_cast<int>(p.len), lanes, kVec)
                      : reaches_tail(static_cast<int>(len), lanes) ? kVpl
                                                                   : kHead;
-    const int live_values = kSkipDead && !kAligned ? live_vectors<kVpl * kVec>(static_cast<int>(p.len), lanes, 1)
-                                                   : kVpl * kVec;
-    const OnlineState<A> row_state = team_row<T, kVpl, kFast, kGuarded>(v, lanes, output, online, live, live_values);
+    const OnlineState<A> row_state = team_row<T, kVpl, kFast, kGuarded>(v, lanes, output, online, live);
     if (output == SoftmaxOutput::LogSumExp) {
       if (valid && li == 0) p.y[row] = from_acc<T>(row_lse(row_state));
       continue;
@@ -234,7 +227,7 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? 0
     } else if constexpr (kOnGrid) {
       store_group_shifted<T, kVpl>(p.y + offset, len, 0, d, lanes, li, v);
     } else {
-      store_group<T, kVpl, kAligned>(p.y + offset, len, 0, lanes, li, v, live, live_values);
+      store_group<T, kVpl, kAligned>(p.y + offset, len, 0, lanes, li, v, live);
     }
   }
 }

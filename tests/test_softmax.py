@@ -900,10 +900,11 @@ def test_fp64_wide_warp_rows_cuda():
     # fp64 rows of 257-512 elements on one warp each, 8 vectors (16 doubles) a lane (kDoubleWarpMaxVpl) where rows give
     # every SM kWideWarpMinRowsPerSm, every output and algorithm: aligned rows on the fixed instantiations, unaligned
     # ones element by element on the general one, as are unaligned softmax and log_softmax rows of 129-256 elements
-    # (logsumexp's stay on 4 vectors). 320 is the last length whose rows end in a lane's first 5 vectors (the rest
+    # (logsumexp's stay on 4 vectors) but those of up to 161 elements (4 vectors at 128 threads), and rows of 65-89 on 16
+    # lanes of 4 vectors (since session 101). 320 is the last length whose rows end in a lane's first 5 vectors (the rest
     # skipped), 321 the first past it; 511, 257, 255 and 129 odd, 501, 400 and 199 at +1 off the grid; 161 and 131
-    # leave 5 of a lane's 8 vectors dead in every lane (skipped: live_vectors), 67 (32 lanes x 2 vectors) and 33 (16 x
-    # 2) a lane's last value; the row max at either edge.
+    # leave a lane's last vector dead in every lane (skipped: live_vectors; online, at 8 vectors: 5), 67 (auto: 16 x 4)
+    # one too, and 67 online (32 lanes x 2 vectors) and 33 (16 x 2) a lane's last value; the row max at either edge.
     rows = WIDE_WARP_ROWS_PER_SM * torch.cuda.get_device_properties(0).multi_processor_count
     dtype = torch.float64
     for length, offset in ((512, 0), (511, 0), (501, 1), (320, 0), (321, 0), (258, 0), (257, 0), (400, 1), (255, 0),
@@ -925,7 +926,10 @@ def test_fp64_wide_warp_rows_cuda():
                 ((rows - 1, 501), "float64", "block"), ((rows, 513), "float64", "block"),
                 ((rows, 255), "float64", ("warp,lanes=32,vpt=8", "warp,lanes=32,vpt=4")),
                 ((rows - 1, 255), "float64", ("warp,lanes=32,vpt=4",) * 2),
-                ((rows, 129), "float64", ("warp,lanes=32,vpt=8", "warp,lanes=32,vpt=4")),
+                ((rows, 129), "float64", ("warp,lanes=32,vpt=4,threads=128", "warp,lanes=32,vpt=4")),
+                ((rows, 171), "float64", ("warp,lanes=32,vpt=8", "warp,lanes=32,vpt=4")),
+                ((rows, 67), "float64", ("warp,lanes=16,vpt=4", "warp,lanes=16,vpt=4")),
+                ((rows, 97), "float64", ("warp,lanes=32,vpt=2", "warp,lanes=16,vpt=4")),
                 ((rows, 127), "float64", ("warp,lanes=32,vpt=2", "warp,lanes=16,vpt=4"))]
     for i, op in enumerate(("softmax", "logsumexp")):
         for ((r, cols), _, kind), line in zip(expected, _auto_plans(expected, op)):

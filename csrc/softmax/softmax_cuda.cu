@@ -543,6 +543,10 @@ constexpr int64_t kHalfTeamFp32MinVecs = 33;
 // 18.4 -> 15.5 / 13.6 (21.7 / 18.5), 65536x48 20.8 / 19.0 -> 15.6 / 14.7 (21.2 / 18.8), 65536x64 20.5 / 19.8 -> 19.1 /
 // 19.1 (20.9 / 19.8); log_softmax 65536x64 22.3 / 20.7 -> 19.6 / 19.0 (23.6 / 20.5).
 constexpr int64_t kHalfTeamFp64MinVecs = 17;
+// Unaligned fp64 softmax and log_softmax rows that keep 4 vectors a lane, and that take 16 lanes of 4 (heuristic_plan's
+// warp step says why).
+constexpr int64_t kDoubleFourVectorMaxLen = 161;
+constexpr int64_t kDoubleHalfTeamMaxLen = 89;
 // fp32 rows of 33-40 vectors (132-160 elements: 16 x 4 fills at most 5/8 of its slots) take half teams from 44 warps
 // an SM (11616 rows on 132 SMs); longer ones keep the 64-warp gate. H200, s93 call 4, forced 32 x 2 (auto) -> 16 x 4,
 // us cold / streamed (torch): softmax 12288x132 8.6 / 5.9 -> 7.7 / 4.9 (8.4 / 6.3), 12288x160 9.0 / 6.2 -> 8.6 / 5.6
@@ -745,13 +749,30 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
     }
     // Unaligned fp64 softmax and log_softmax rows of 65-128 vectors (129-256 elements), many of them: whole warps of 8
     // vectors a lane (kDoubleWarpMaxVpl; the rows end in a lane's first 5, kHead), not 32 lanes of 4. Why: the kernel
-    // of 8 values a lane is bound to 3 blocks of 256 threads an SM (scalar_rows_min_blocks: 74-78 registers), the one
+    // of 8 values a lane is bound to 3 blocks of 256 threads an SM (scalar_rows_min_blocks: 74-78 registers then, 56-63
+    // since session 101's live_vectors), the one
     // of 16 to 4 (62 registers; launched at 128 threads), twice the bytes in flight a warp and more warps. H200, s100
     // call 3, us cold / streamed, 4 -> 8 vectors: softmax 32768x255 56.4 / 56.7 -> 37.1 / 36.0, 65536x199 89.0 / 89.2
     // -> 65.4 / 62.9, log_softmax 32768x255 56.1 / 57.2 -> 38.4 / 37.6 (torch 35.3, 54.8, 35.1). Aligned rows stay on
     // 4 vectors (32768x256 34.0 against 36.6 at 8; 65536x200 55.1 against 67.1).
-    if (std::is_same_v<T, double> && scalar_rows && rows_for_wide_warps && plan.lanes == 32 && plan.vpt == 4) {
-      plan.vpt = kDoubleWarpMaxVpl;
+    // Since session 101, under the max-then-sum reduction, rows of up to kDoubleFourVectorMaxLen elements keep 4
+    // vectors a lane at 128 threads, and rows of 65-kDoubleHalfTeamMaxLen take 16 lanes of 4 vectors (two rows a warp)
+    // rather than 32 of 2. H200, s101 call 5, forced, us cold (auto -> forced; torch): 32 x 4 at 128 threads, softmax
+    // 65536x129 56.0 -> 48.5 (48.8), x143 56.2 -> 49.2 (49.1), x161 55.7 -> 50.1 (51.0), 8192x151 11.4 -> 11.0 (10.9),
+    // log_softmax 65536x151 59.6 -> 55.1 (45.6), but x171 55.9 -> 57.8, x181 56.6 -> 63.1; 16 x 4, softmax 65536x65 36.2
+    // -> 27.2 (30.6), x75 37.6 -> 28.9, x83 37.9 -> 29.4, x89 37.7 -> 35.9 (30.7), 16384x67 12.9 -> 10.5 (11.9),
+    // log_softmax 65536x67 40.7 -> 29.8 (30.5), x89 41.2 -> 35.6 (31.2), but x93 level cold and 35.5 -> 37.8 streamed.
+    // The online reduction (the general kernels) keeps the old plans: not timed.
+    if (std::is_same_v<T, double> && scalar_rows && rows_for_wide_warps && plan.lanes == 32) {
+      const bool fixed = p.algorithm != SoftmaxAlgorithm::Online;
+      if (plan.vpt == 4 && fixed && s.len <= kDoubleFourVectorMaxLen) {
+        plan.threads = kWarpRowsSmallThreads;
+      } else if (plan.vpt == 4) {
+        plan.vpt = kDoubleWarpMaxVpl;
+      } else if (plan.vpt == 2 && fixed && s.len <= kDoubleHalfTeamMaxLen) {
+        plan.lanes = 16;
+        plan.vpt = 4;
+      }
     }
     return plan;
   }

@@ -964,11 +964,11 @@ def test_fp64_long_rows_cuda():
                                          (100_003, -1), (97, 0)])
 @pytest.mark.parametrize("device", DEVICES)
 def test_fp64_exponential_ulps(device, length, dim, algorithm):
-    # The fp64 kernels' exponential (on CUDA exp_branchless, common/exp_fp64.cuh) read off directly: a row
-    # [0, t, -inf, ...] with t <= -37 sums to exactly 1 (e^t < 2^-53), so its softmax holds exp(t) itself. Against
-    # libm's exp in this process (within ~0.5 ulp; the CUDA kernels' within 0.96) the bit patterns of these positive
-    # doubles differ by at most 1, subnormal results (t < -708.4) and those that round to 0 (t < -745.13) included.
-    # The warp, block, long-row and column kernels each; most results match exactly (94 % in the host emulation).
+    # The fp64 kernels' exponential read off directly: a row [0, t, -inf, ...] with t <= -37 sums to exactly 1
+    # (e^t < 2^-53), so its softmax holds exp(t) itself. Against libm's exp in this process (within ~0.5 ulp; CUDA's
+    # exp within 1) the bit patterns of these positive doubles differ by at most 1, subnormal results (t < -708.4)
+    # and those that round to 0 (t < -745.13) included, in the warp, block, long-row and column kernels; most match
+    # exactly. Why: any faster fp64 exponential must keep this (session 102's branch-free one read 0.96 ulp).
     rows = 16 if length > 10_000 else 2048
     t = -37.0 - torch.rand(rows, dtype=torch.float64) * 709.0
     t[:4] = torch.tensor([-708.3964185322641, -745.1332191019411, -745.1332191019412, -37.0], dtype=torch.float64)

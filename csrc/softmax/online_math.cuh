@@ -22,7 +22,6 @@
 #include <limits>
 #include <type_traits>
 
-#include "common/exp_fp64.cuh"
 #include "common/fast_math.cuh"
 #include "common/named_barrier.cuh"
 #include "softmax/softmax_launch.h"
@@ -44,7 +43,7 @@ template <typename A> __device__ __forceinline__ OnlineState<A> empty_state() { 
 __device__ __forceinline__ float amax(float a, float b) { return fmaxf(a, b); }
 __device__ __forceinline__ double amax(double a, double b) { return fmax(a, b); }
 __device__ __forceinline__ float exp_of(float t) { return expf(t); }
-__device__ __forceinline__ double exp_of(double t) { return exp_branchless(t); }
+__device__ __forceinline__ double exp_of(double t) { return exp(t); }
 __device__ __forceinline__ float log_of(float v) { return logf(v); }
 __device__ __forceinline__ double log_of(double v) { return log(v); }
 

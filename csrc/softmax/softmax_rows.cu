@@ -132,8 +132,13 @@ RowsKernel<T> warp_kernel(bool aligned, bool pairs, FixedRows fixed, bool on_gri
       return warp_kernel_of<T, kVpl, false>(fixed, fold);
     }
   } else if constexpr (std::is_same_v<T, double> && kVpl <= kDoubleWarpMaxVpl) {
-    // fp64: aligned rows on the fixed instantiations, unaligned ones (and the online algorithm) on the general one
-    return aligned ? warp_kernel_of<T, kVpl, true>(fixed, false) : softmax_warp_rows_kernel<T, kVpl, false>;
+    // fp64 rows of 8 vectors a lane (257-512 doubles, every output and algorithm): element by element on the general
+    // instantiation, aligned or not. Why: the aligned instantiations (16-byte vectors, fixed outputs) ran the same rows
+    // 1.16-1.31x slower than the element-wise one did one element off (H200, s102 call 3, us cold, aligned -> one off;
+    // torch): softmax 16384x512 39.6 -> 34.2 (35.0), 32768x400 63.6-64.9 -> 51.6 (53.5-55.1), log_softmax 16384x512
+    // 41.8 -> 34.3 (34.3), 32768x400 68.4-68.9 -> 52.5 (52.4-52.8). At 4 vectors a lane the aligned ones were level or
+    // faster (65536x256 66.4 against 67.4, 65536x128 34.0 against 38.1).
+    return softmax_warp_rows_kernel<T, kVpl, false>;
   } else if constexpr (kVpl <= kLseWarpMaxVpl<T>) {  // 16-bit: logsumexp, and softmax / log_softmax as vectors
     if (!aligned && on_grid && (fixed == FixedRows::SafeSoftmax || fixed == FixedRows::SafeLogSoftmax)) {
       return grid_softmax_kernel<T, kVpl>(fixed);

@@ -132,11 +132,11 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? 0
   // a lane: unguarded, ptxas spilled them (16-bit 76 bytes, fp32 12: log_softmax 16384x1023 37.3 -> 40.4 us, s61
   // call 6).
   constexpr bool kGuarded = !kFast && !kAligned && !kPairs && kFixed == FixedRows::General && kVpl * kVec >= 32;
-  // The wide warp (beyond kMaxVpt vectors a lane: 16-bit rows of 129-256 vectors in 256 slots; since s100 fp64 rows of
-  // 65-256 vectors, whose head holds 320 elements) splits a lane's vectors into a head of 5 and a tail of 3: rows that
-  // end in the head's 160 slots (16-bit: len + d <= 1280 elements) leave the tail -inf in every lane, and skip its
-  // exponentials (logsumexp since s85: H200 s85 call 3, bf16 us cold, 65536x1023 52.0 -> 47.3, 65536x1104 46.7 -> 41.0,
-  // 65536x1280 47.5 -> 43.0; longer rows within 0.3 either way, 65536x1281 53.5 -> 53.7) and, for softmax and
+  // The wide warp (beyond kMaxVpt vectors a lane: 16-bit rows of 129-256 vectors in 256 slots; fp64 rows of 65-256
+  // vectors count their live vectors instead, kSkipDead below) splits a lane's vectors into a head of 5 and a tail of
+  // 3: rows that end in the head's 160 slots (16-bit: len + d <= 1280 elements) leave the tail -inf in every lane, and
+  // skip its exponentials (logsumexp since s85: H200 s85 call 3, bf16 us cold, 65536x1023 52.0 -> 47.3, 65536x1104 46.7
+  // -> 41.0, 65536x1280 47.5 -> 43.0; longer rows within 0.3 either way, 65536x1281 53.5 -> 53.7) and, for softmax and
   // log_softmax, its normalization and stores too (s90 call 1, bf16 us cold: softmax 65536x1032 80.4 -> 74.7,
   // 65536x1104 81.9 -> 76.9, 65536x1280 85.9 -> 82.7, 8192x1032 14.5 -> 13.6; log_softmax 65536x1032 79.2 -> 75.4; 1288
   // and longer level).
@@ -204,14 +204,13 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? 0
     // fp64 rows held as vectors or element by element skip every vector past the row's end in all lanes (live_vectors,
     // from the row length, so uniform over the block): fp64 exponentials, dozens of instructions each, and not the
     // loads set these kernels' pace (H200, s101 call 1: forced 8 vectors a lane, unaligned softmax 65536x67, x131 and
-    // x199, 5 of them live, all ran 64.5-65.5 us cold, where 2 vectors a lane took 38.7 at x67). Not aligned rows of 8
-    // vectors a lane (the head's 5 stay): there the count took the fixed kernels from 64 to 76-78 registers (local
-    // ptxas sm_90a), 24 warps an SM instead of 32; nor rows of one vector, always live. Not value by value (a break
-    // before each of a vector's values, rows held element by element): every exponential then sat behind its own
-    // branch, and the unaligned rows lost (H200, s101 call 3, us cold, vectors -> values: softmax 65536x131 55.7 -> 65.3,
-    // x199 62.0 -> 75.0, x255 67.6 -> 78.4, x67 36.5 -> 39.0; log_softmax 32768x255 36.8 -> 43.6).
-    constexpr bool kSkipDead = std::is_same_v<T, double> && !kPairs && !kOnGrid && kVpl > 1 &&
-                               !(kAligned && kVpl > RowsTraits<T>::kMaxVpt);
+    // x199, 5 of them live, all ran 64.5-65.5 us cold, where 2 vectors a lane took 38.7 at x67). Not rows of one
+    // vector, always live (fp64 rows of 8 vectors a lane are held element by element since session 102, aligned or not:
+    // softmax_rows.cu's warp_kernel says why). Not value by value (a break before each of a vector's values, rows held
+    // element by element): every exponential then sat behind its own branch, and the unaligned rows lost (H200, s101
+    // call 3, us cold, vectors -> values: softmax 65536x131 55.7 -> 65.3, x199 62.0 -> 75.0, x255 67.6 -> 78.4, x67
+    // 36.5 -> 39.0; log_softmax 32768x255 36.8 -> 43.6).
+    constexpr bool kSkipDead = std::is_same_v<T, double> && !kPairs && !kOnGrid && kVpl > 1;
     const int live = kSkipDead                                 ? live_vectors<kVpl>(static_cast<int>(p.len), lanes, kVec)
                      : reaches_tail(static_cast<int>(len), lanes) ? kVpl
                                                                   : kHead;

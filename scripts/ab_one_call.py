@@ -12,8 +12,8 @@ import torch  # noqa: E402
 import flash_attn_ext as fae  # noqa: E402
 
 rows, cols = (int(v) for v in shape.split("x"))
-x = torch.randn(rows, cols, device="cuda").mul_(3).to({"fp32": torch.float32, "bf16": torch.bfloat16,
-                                                      "fp16": torch.float16}[dt])
+x = torch.randn(rows, cols, device="cuda", dtype=torch.float64).mul_(3).to(
+    {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "fp64": torch.float64}[dt])
 fn = getattr(fae if who == "fae" else torch, op)
 for _ in range(3):
     fn(x, -1)

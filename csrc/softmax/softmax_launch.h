@@ -47,8 +47,8 @@ template <typename T> struct RowsTraits {
 // 64-thread blocks (two block reductions a row); heuristic_plan gives them the warp only where there are rows enough
 // (kWideWarpMinRowsPerSm). Unaligned logsumexp rows there are held as vectors on the memory's grid (ShiftedRawLoads;
 // lse_rows_on_grid).
-// fp64 rows take 8 vectors (16 doubles, 32 registers) a lane for every output and algorithm, held element by element
-// whatever their alignment (softmax_rows.cu's warp_kernel says why) (kDoubleWarpMaxVpl): RowsTraits' 4 bounds the block
+// fp64 rows take 8 vectors (16 doubles, 32 registers) a lane for every output and algorithm (kDoubleWarpMaxVpl), held
+// element by element whatever their alignment (softmax_rows.cu's warp_kernel says why): RowsTraits' 4 bounds the block
 // kernel, whose 1024-thread blocks get 64 registers, not the warp kernel's 256-thread ones. Why: rows of 257-512
 // doubles took the block kernel's 64-thread blocks (two block reductions a row), and fp64 softmax 16384x501 ran at
 // 0.78x torch (H200, s100 call 1: 46.0 / 43.6 us cold / streamed, torch 35.7 / 36.5).

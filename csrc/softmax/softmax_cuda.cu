@@ -547,6 +547,11 @@ constexpr int64_t kHalfTeamFp64MinVecs = 17;
 // warp step says why).
 constexpr int64_t kDoubleFourVectorMaxLen = 161;
 constexpr int64_t kDoubleHalfTeamMaxLen = 89;
+// Those 16-lane rows run on a grid of at most this many blocks an SM, each block's warps taking row after row: on
+// uncapped blocks (16 rows each, 4096 of them at 65536 rows) they trailed torch. H200, s103 call 1, forced, us cold /
+// streamed: softmax 65536x89 34.5 / 34.7 uncapped, 32.5 / 32.0 at 4, 31.2 / 31.4 at 8 (torch ~30.4-31.7). The 32-lane
+// rows beside them lost capped (65536x127, 32 x 2: 37.9 -> 40.2 at 8; 65536x199, 32 x 8: 58.6 -> 60.7 at 16).
+constexpr int kDoubleHalfTeamBlocksPerSm = 8;
 // fp32 rows of 33-40 vectors (132-160 elements: 16 x 4 fills at most 5/8 of its slots) take half teams from 44 warps
 // an SM (11616 rows on 132 SMs); longer ones keep the 64-warp gate. H200, s93 call 4, forced 32 x 2 (auto) -> 16 x 4,
 // us cold / streamed (torch): softmax 12288x132 8.6 / 5.9 -> 7.7 / 4.9 (8.4 / 6.3), 12288x160 9.0 / 6.2 -> 8.6 / 5.6
@@ -772,6 +777,7 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
       } else if (plan.vpt == 2 && fixed && s.len <= kDoubleHalfTeamMaxLen) {
         plan.lanes = 16;
         plan.vpt = 4;
+        plan.bpsm = kDoubleHalfTeamBlocksPerSm;
       }
     }
     return plan;

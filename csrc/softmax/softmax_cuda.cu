@@ -549,8 +549,12 @@ constexpr int64_t kDoubleFourVectorMaxLen = 161;
 constexpr int64_t kDoubleHalfTeamMaxLen = 89;
 // Those 16-lane rows run on a grid of at most this many blocks an SM, each block's warps taking row after row: on
 // uncapped blocks (16 rows each, 4096 of them at 65536 rows) they trailed torch. H200, s103 call 1, forced, us cold /
-// streamed: softmax 65536x89 34.5 / 34.7 uncapped, 32.5 / 32.0 at 4, 31.2 / 31.4 at 8 (torch ~30.4-31.7). The 32-lane
-// rows beside them lost capped (65536x127, 32 x 2: 37.9 -> 40.2 at 8; 65536x199, 32 x 8: 58.6 -> 60.7 at 16).
+// streamed: softmax 65536x89 34.5 / 34.7 uncapped, 32.5 / 32.0 at 4, 31.2 / 31.4 at 8 (torch ~30.4-31.7). Through auto
+// (s103 call 2, uncapped -> 8; torch): softmax 65536x75 31.8 / 32.6 -> 28.7-29.8 / 28.6 (30.4 / 28.1), x83 33.2 / 34.2
+// -> 30.3 / 30.7 (31.5 / 28.6), x89 34.4 / 34.7 -> 31.1 / 31.5 (31.0 / 28.9), log_softmax x89 35.0 / 35.7 -> 33.1 / 32.8
+// (31.8 / 28.6); x65 and x67 level. The 32-lane rows beside them lost capped (65536x127, 32 x 2: 37.9 -> 40.2 us cold at
+// 8; 65536x199, 32 x 8: 58.6 -> 60.7 at 16), and so did the grid's short rows on auto's plans (s103 call 2, cold: fp32
+// 65536x128 19.7 -> 19.8-20.9 at 4-16, bf16 65536x128 11.7 -> 11.6-12.4, bf16 16384x1024 19.0 -> 19.0-20.0).
 constexpr int kDoubleHalfTeamBlocksPerSm = 8;
 // fp32 rows of 33-40 vectors (132-160 elements: 16 x 4 fills at most 5/8 of its slots) take half teams from 44 warps
 // an SM (11616 rows on 132 SMs); longer ones keep the 64-warp gate. H200, s93 call 4, forced 32 x 2 (auto) -> 16 x 4,

@@ -546,7 +546,7 @@ constexpr int64_t kHalfTeamFp64MinVecs = 17;
 // Unaligned fp64 softmax and log_softmax rows that keep 4 vectors a lane, and that take 16 lanes of 4 (heuristic_plan's
 // warp step says why).
 constexpr int64_t kDoubleFourVectorMaxLen = 161;
-constexpr int64_t kDoubleHalfTeamMaxLen = 89;
+constexpr int64_t kDoubleHalfTeamMaxLen = 127;
 // Those 16-lane rows run on a grid of at most this many blocks an SM, each block's warps taking row after row: on
 // uncapped blocks (16 rows each, 4096 of them at 65536 rows) they trailed torch. H200, s103 call 1, forced, us cold /
 // streamed: softmax 65536x89 34.5 / 34.7 uncapped, 32.5 / 32.0 at 4, 31.2 / 31.4 at 8 (torch ~30.4-31.7). Through auto

@@ -546,7 +546,7 @@ constexpr int64_t kHalfTeamFp64MinVecs = 17;
 // Unaligned fp64 softmax and log_softmax rows that keep 4 vectors a lane, and that take 16 lanes of 4 (heuristic_plan's
 // warp step says why).
 constexpr int64_t kDoubleFourVectorMaxLen = 161;
-constexpr int64_t kDoubleHalfTeamMaxLen = 127;
+constexpr int64_t kDoubleHalfTeamMaxLen = 97;
 // Those 16-lane rows run on a grid of at most this many blocks an SM, each block's warps taking row after row: on
 // uncapped blocks (16 rows each, 4096 of them at 65536 rows) they trailed torch. H200, s103 call 1, forced, us cold /
 // streamed: softmax 65536x89 34.5 / 34.7 uncapped, 32.5 / 32.0 at 4, 31.2 / 31.4 at 8 (torch ~30.4-31.7). Through auto
@@ -555,6 +555,11 @@ constexpr int64_t kDoubleHalfTeamMaxLen = 127;
 // (31.8 / 28.6); x65 and x67 level. The 32-lane rows beside them lost capped (65536x127, 32 x 2: 37.9 -> 40.2 us cold at
 // 8; 65536x199, 32 x 8: 58.6 -> 60.7 at 16), and so did the grid's short rows on auto's plans (s103 call 2, cold: fp32
 // 65536x128 19.7 -> 19.8-20.9 at 4-16, bf16 65536x128 11.7 -> 11.6-12.4, bf16 16384x1024 19.0 -> 19.0-20.0).
+// Capped, the 16-lane plan also wins at 90-97 elements (kDoubleHalfTeamMaxLen 89 -> 97), not beyond. H200, s103 call
+// 3, us cold / streamed, 32 x 2 -> 16 x 4 capped (torch): softmax 65536x91 35.5 / 34.0 -> 31.1-31.6 / 31.8 (28.7
+// streamed), x97 34.9 / 34.1 -> 34.1 / 33.6 (30.7 cold), log_softmax x97 38.8 / 36.8 -> 35.3 / 35.6 (28.7 streamed);
+// but softmax x105 36.4 -> 38.5-39.9, x113 36.3 -> 40.3, x121 37.3 -> 43.5, x127 38.2 -> 46.4, 32768x127 20.6 ->
+// 24.7-25.7, log_softmax 65536x127 39.7 -> 46.2.
 constexpr int kDoubleHalfTeamBlocksPerSm = 8;
 // fp32 rows of 33-40 vectors (132-160 elements: 16 x 4 fills at most 5/8 of its slots) take half teams from 44 warps
 // an SM (11616 rows on 132 SMs); longer ones keep the 64-warp gate. H200, s93 call 4, forced 32 x 2 (auto) -> 16 x 4,
@@ -770,7 +775,8 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
     // 65536x129 56.0 -> 48.5 (48.8), x143 56.2 -> 49.2 (49.1), x161 55.7 -> 50.1 (51.0), 8192x151 11.4 -> 11.0 (10.9),
     // log_softmax 65536x151 59.6 -> 55.1 (45.6), but x171 55.9 -> 57.8, x181 56.6 -> 63.1; 16 x 4, softmax 65536x65 36.2
     // -> 27.2 (30.6), x75 37.6 -> 28.9, x83 37.9 -> 29.4, x89 37.7 -> 35.9 (30.7), 16384x67 12.9 -> 10.5 (11.9),
-    // log_softmax 65536x67 40.7 -> 29.8 (30.5), x89 41.2 -> 35.6 (31.2), but x93 level cold and 35.5 -> 37.8 streamed.
+    // log_softmax 65536x67 40.7 -> 29.8 (30.5), x89 41.2 -> 35.6 (31.2), but x93 level cold and 35.5 -> 37.8 streamed;
+    // since session 103 on a capped grid (kDoubleHalfTeamBlocksPerSm), which also wins at 90-97 elements.
     // The online reduction (the general kernels) keeps the old plans: not timed.
     if (std::is_same_v<T, double> && scalar_rows && rows_for_wide_warps && plan.lanes == 32) {
       const bool fixed = p.algorithm != SoftmaxAlgorithm::Online;

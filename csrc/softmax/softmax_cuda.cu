@@ -548,7 +548,8 @@ constexpr int64_t kHalfTeamFp64MinVecs = 17;
 constexpr int64_t kDoubleFourVectorMaxLen = 161;
 constexpr int64_t kDoubleHalfTeamMaxLen = 97;
 // Those 16-lane rows run on a grid of at most this many blocks an SM, each block's warps taking row after row: on
-// uncapped blocks (16 rows each, 4096 of them at 65536 rows) they trailed torch. H200, s103 call 1, forced, us cold /
+// uncapped blocks (16 rows each, 4096 of them at 65536 rows) they trailed torch. The kernel's 54-59 registers let an SM
+// hold 4 of its 256-thread blocks, so 8 is two waves (ncu, s103 call 5). H200, s103 call 1, forced, us cold /
 // streamed: softmax 65536x89 34.5 / 34.7 uncapped, 32.5 / 32.0 at 4, 31.2 / 31.4 at 8 (torch ~30.4-31.7). Through auto
 // (s103 call 2, uncapped -> 8; torch): softmax 65536x75 31.8 / 32.6 -> 28.7-29.8 / 28.6 (30.4 / 28.1), x83 33.2 / 34.2
 // -> 30.3 / 30.7 (31.5 / 28.6), x89 34.4 / 34.7 -> 31.1 / 31.5 (31.0 / 28.9), log_softmax x89 35.0 / 35.7 -> 33.1 / 32.8

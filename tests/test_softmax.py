@@ -902,7 +902,7 @@ def test_fp64_wide_warp_rows_cuda():
     # aligned or not (since session 102; aligned ones had fixed instantiations of their own), as are unaligned softmax
     # and log_softmax rows of 162-256 elements (logsumexp's stay on 4 vectors; since session 101 auto's rows of 129-161
     # do too, at 128 threads, and its rows of 65-89 take 16 lanes of 4 vectors, since session 103 those of 65-97 on a grid
-    # capped at 8 blocks an SM: kDoubleHalfTeamBlocksPerSm). 320 is the last length whose rows end
+    # capped at 12 blocks an SM since session 104: kDoubleHalfTeamBlocksPerSm). 320 is the last length whose rows end
     # in a lane's first 5 vectors (the rest skipped), 321 the first past it; 511, 257, 255 and 129 odd, 501, 400 and 199
     # at +1 off the grid; 161 and 131 leave a lane's last vector dead in every lane (skipped: live_vectors; online, at 8
     # vectors: 5), 67 (auto: 16 x 4) one too, and 67 online (32 lanes x 2 vectors) and 33 (16 x 2) a lane's last value;
@@ -930,8 +930,8 @@ def test_fp64_wide_warp_rows_cuda():
                 ((rows - 1, 255), "float64", ("warp,lanes=32,vpt=4",) * 2),
                 ((rows, 129), "float64", ("warp,lanes=32,vpt=4,threads=128", "warp,lanes=32,vpt=4")),
                 ((rows, 171), "float64", ("warp,lanes=32,vpt=8", "warp,lanes=32,vpt=4")),
-                ((rows, 67), "float64", ("warp,lanes=16,vpt=4,.*,bpsm=8", "warp,lanes=16,vpt=4,.*,bpsm=0")),
-                ((rows, 97), "float64", ("warp,lanes=16,vpt=4,.*,bpsm=8", "warp,lanes=16,vpt=4,.*,bpsm=0")),
+                ((rows, 67), "float64", ("warp,lanes=16,vpt=4,.*,bpsm=12", "warp,lanes=16,vpt=4,.*,bpsm=0")),
+                ((rows, 97), "float64", ("warp,lanes=16,vpt=4,.*,bpsm=12", "warp,lanes=16,vpt=4,.*,bpsm=0")),
                 ((rows, 99), "float64", ("warp,lanes=32,vpt=2,.*,bpsm=0", "warp,lanes=16,vpt=4,.*,bpsm=0")),
                 ((rows, 127), "float64", ("warp,lanes=32,vpt=2", "warp,lanes=16,vpt=4"))]
     for i, op in enumerate(("softmax", "logsumexp")):
@@ -944,11 +944,11 @@ def test_fp64_wide_warp_rows_cuda():
 @requires_cuda
 def test_fp64_capped_half_team_rows_cuda():
     # Unaligned fp64 softmax and log_softmax rows of 65-97 elements (kDoubleHalfTeamMaxLen) run 16 lanes of 4 vectors on
-    # a grid of at most kDoubleHalfTeamBlocksPerSm (8) blocks an SM, each warp taking row after row: rows past two full
+    # a grid of at most kDoubleHalfTeamBlocksPerSm (12) blocks an SM, each warp taking row after row: rows past two full
     # passes of that grid and a ragged last pass, against fp64 after poisoning, at 65, 67, 89, 91 and 97 elements, the
     # row max at either edge.
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    rows = 2 * 8 * sms * 16 + 21
+    rows = 2 * 12 * sms * 16 + 21
     for length in (65, 67, 89, 91, 97):
         x = make_input((rows, length), torch.float64, "cuda")
         x[::7, -1] += 100.0
@@ -957,7 +957,7 @@ def test_fp64_capped_half_team_rows_cuda():
             poison("cuda", x.numel() * x.element_size())
             check_against_reference(op(x, -1), ref_fn(x, -1), torch_fn(x, -1), torch.float64,
                                     f"{op.__name__} {rows}x{length}")
-    expected = [((rows, length), "float64", "warp,lanes=16,vpt=4,.*,bpsm=8") for length in (65, 67, 89, 91, 97)]
+    expected = [((rows, length), "float64", "warp,lanes=16,vpt=4,.*,bpsm=12") for length in (65, 67, 89, 91, 97)]
     for ((r, cols), _, kind), line in zip(expected, _auto_plans(expected, "log_softmax")):
         assert re.search(rf"plan: {r}x{cols} kind={kind},", line), line
 

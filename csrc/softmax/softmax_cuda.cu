@@ -561,7 +561,7 @@ constexpr int64_t kDoubleHalfTeamMaxLen = 97;
 // streamed), x97 34.9 / 34.1 -> 34.1 / 33.6 (30.7 cold), log_softmax x97 38.8 / 36.8 -> 35.3 / 35.6 (28.7 streamed);
 // but softmax x105 36.4 -> 38.5-39.9, x113 36.3 -> 40.3, x121 37.3 -> 43.5, x127 38.2 -> 46.4, 32768x127 20.6 ->
 // 24.7-25.7, log_softmax 65536x127 39.7 -> 46.2.
-constexpr int kDoubleHalfTeamBlocksPerSm = 8;
+constexpr int kDoubleHalfTeamBlocksPerSm = 12;
 // fp32 rows of 33-40 vectors (132-160 elements: 16 x 4 fills at most 5/8 of its slots) take half teams from 44 warps
 // an SM (11616 rows on 132 SMs); longer ones keep the 64-warp gate. H200, s93 call 4, forced 32 x 2 (auto) -> 16 x 4,
 // us cold / streamed (torch): softmax 12288x132 8.6 / 5.9 -> 7.7 / 4.9 (8.4 / 6.3), 12288x160 9.0 / 6.2 -> 8.6 / 5.6

@@ -163,13 +163,24 @@ constexpr int kManyScalarRowsMinBlocks = 8;
 constexpr int64_t kManyScalarRowsMinBlocksPerSm = 12;
 constexpr int64_t kManyFp32ScalarRowsMinBlocksPerSm = 6;
 constexpr int kManyFp32ScalarRowsMinLanes = 16;
+// fp64 softmax and log_softmax rows of 16 lanes x 4 vectors (heuristic_plan's rows of 65-kDoubleHalfTeamMaxLen, on a
+// grid capped at kDoubleHalfTeamBlocksPerSm) take a kMany instantiation too, bound to 6 blocks an SM: 40 registers, no
+// spills (local ptxas sm_90a), where the general bound left 54-59 (4 blocks). Whatever the rows' count: the capped grid
+// is what makes them many. Numbers: softmax_cuda.cu, at kDoubleHalfTeamBlocksPerSm.
+constexpr int kManyFp64ScalarRowsMinBlocks = 6;
+constexpr int kManyFp64ScalarRowsLanes = 16;
+template <typename T> constexpr int many_scalar_rows_min_blocks() {
+  return sizeof(T) == 8 ? kManyFp64ScalarRowsMinBlocks : kManyScalarRowsMinBlocks;
+}
 template <typename T> constexpr bool many_scalar_rows_compiled(int vpl, bool log_softmax) {
+  if (sizeof(T) == 8) return vpl == 4;
   return sizeof(T) == 2 ? vpl == 1 : sizeof(T) == 4 && vpl == 2 && log_softmax;
 }
 // Whether rows filling `blocks` blocks of kWarpRowsThreads threads (whatever the launch's block; warp_rows_threads
 // gives these plans 256) in teams of `lanes` lanes count as many rows (the kMany instantiation, where
 // many_scalar_rows_compiled has one).
 template <typename T> constexpr bool many_scalar_rows(int64_t blocks, int64_t sms, int lanes) {
+  if (sizeof(T) == 8) return lanes == kManyFp64ScalarRowsLanes;
   return sizeof(T) == 2 ? blocks >= kManyScalarRowsMinBlocksPerSm * sms
                         : lanes >= kManyFp32ScalarRowsMinLanes && blocks >= kManyFp32ScalarRowsMinBlocksPerSm * sms;
 }

@@ -92,13 +92,13 @@ template <typename T> constexpr bool raw_grid_rows(int vpl, GridRows grid, Fixed
   return grid == GridRows::Folded && vpl > RowsTraits<T>::kMaxVpt && fixed != FixedRows::SafeLogSumExp;
 }
 constexpr int kRawGridRowsMinBlocks = 3;
-// kMany: the same code under kManyScalarRowsMinBlocks' bound (many_scalar_rows_compiled; launched for many rows).
+// kMany: the same code under many_scalar_rows_min_blocks' bound (many_scalar_rows_compiled; launched for many rows).
 template <typename T, int kVpl, bool kAligned, FixedRows kFixed = FixedRows::General, bool kPairs = false,
           GridRows kGrid = GridRows::Off, bool kMany = false>
 __global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? 0
                                                    : raw_grid_rows<T>(kVpl, kGrid, kFixed) ? kRawGridRowsMinBlocks
                                                    : kGrid != GridRows::Off ? kShiftedLseMinBlocks
-                                                   : kMany                  ? kManyScalarRowsMinBlocks
+                                                   : kMany                  ? many_scalar_rows_min_blocks<T>()
                                                                              : scalar_rows_min_blocks<T>(kVpl))
     softmax_warp_rows_kernel(const RowsParams<T> p) {
   begin_dependent_grid();

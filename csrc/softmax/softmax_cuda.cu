@@ -548,19 +548,27 @@ constexpr int64_t kHalfTeamFp64MinVecs = 17;
 constexpr int64_t kDoubleFourVectorMaxLen = 161;
 constexpr int64_t kDoubleHalfTeamMaxLen = 97;
 // Those 16-lane rows run on a grid of at most this many blocks an SM, each block's warps taking row after row: on
-// uncapped blocks (16 rows each, 4096 of them at 65536 rows) they trailed torch. The kernel's 54-59 registers let an SM
-// hold 4 of its 256-thread blocks, so 8 is two waves (ncu, s103 call 5). H200, s103 call 1, forced, us cold /
-// streamed: softmax 65536x89 34.5 / 34.7 uncapped, 32.5 / 32.0 at 4, 31.2 / 31.4 at 8 (torch ~30.4-31.7). Through auto
-// (s103 call 2, uncapped -> 8; torch): softmax 65536x75 31.8 / 32.6 -> 28.7-29.8 / 28.6 (30.4 / 28.1), x83 33.2 / 34.2
-// -> 30.3 / 30.7 (31.5 / 28.6), x89 34.4 / 34.7 -> 31.1 / 31.5 (31.0 / 28.9), log_softmax x89 35.0 / 35.7 -> 33.1 / 32.8
-// (31.8 / 28.6); x65 and x67 level. The 32-lane rows beside them lost capped (65536x127, 32 x 2: 37.9 -> 40.2 us cold at
-// 8; 65536x199, 32 x 8: 58.6 -> 60.7 at 16), and so did the grid's short rows on auto's plans (s103 call 2, cold: fp32
-// 65536x128 19.7 -> 19.8-20.9 at 4-16, bf16 65536x128 11.7 -> 11.6-12.4, bf16 16384x1024 19.0 -> 19.0-20.0).
-// Capped, the 16-lane plan also wins at 90-97 elements (kDoubleHalfTeamMaxLen 89 -> 97), not beyond. H200, s103 call
-// 3, us cold / streamed, 32 x 2 -> 16 x 4 capped (torch): softmax 65536x91 35.5 / 34.0 -> 31.1-31.6 / 31.8 (28.7
+// uncapped blocks (16 rows each, 4096 of them at 65536 rows) they trailed torch. Session 103's kernel's 54-59 registers
+// let an SM hold 4 of its 256-thread blocks, so 8 was two waves (ncu, s103 call 5). H200, s103 call 1, forced, us cold
+// / streamed: softmax 65536x89 34.5 / 34.7 uncapped, 32.5 / 32.0 at 4, 31.2 / 31.4 at 8 (torch ~30.4-31.7). Through
+// auto (s103 call 2, uncapped -> 8; torch): softmax 65536x75 31.8 / 32.6 -> 28.7-29.8 / 28.6 (30.4 / 28.1), x83 33.2 /
+// 34.2 -> 30.3 / 30.7 (31.5 / 28.6), x89 34.4 / 34.7 -> 31.1 / 31.5 (31.0 / 28.9), log_softmax x89 35.0 / 35.7 -> 33.1
+// / 32.8 (31.8 / 28.6); x65 and x67 level. The 32-lane rows beside them lost capped (65536x127, 32 x 2: 37.9 -> 40.2 us
+// cold at 8; 65536x199, 32 x 8: 58.6 -> 60.7 at 16), and so did the grid's short rows on auto's plans (s103 call 2,
+// cold: fp32 65536x128 19.7 -> 19.8-20.9 at 4-16, bf16 65536x128 11.7 -> 11.6-12.4, bf16 16384x1024 19.0 -> 19.0-20.0).
+// Capped, the 16-lane plan also wins at 90-97 elements (kDoubleHalfTeamMaxLen 89 -> 97), not beyond. H200, s103 call 3,
+// us cold / streamed, 32 x 2 -> 16 x 4 capped (torch): softmax 65536x91 35.5 / 34.0 -> 31.1-31.6 / 31.8 (28.7
 // streamed), x97 34.9 / 34.1 -> 34.1 / 33.6 (30.7 cold), log_softmax x97 38.8 / 36.8 -> 35.3 / 35.6 (28.7 streamed);
 // but softmax x105 36.4 -> 38.5-39.9, x113 36.3 -> 40.3, x121 37.3 -> 43.5, x127 38.2 -> 46.4, 32768x127 20.6 ->
 // 24.7-25.7, log_softmax 65536x127 39.7 -> 46.2.
+// Since session 104 those rows run the kMany instantiation (softmax_launch.h's kManyFp64ScalarRowsMinBlocks: 40
+// registers, 6 blocks an SM) on a grid of 12, again two waves; at 8 it was behind session 103's kernel (branch call,
+// s103 call 6). H200, s104 call 1, us cold / streamed, two rounds, 8 on the general bound -> 12 on kMany (torch):
+// softmax 65536x75 28.8 / 28.8 -> 26.7-27.3 / 26.4-26.5 (30.4-31.3 / 27.8-28.0), x89 32.3 / 31.9 -> 29.6-30.5 /
+// 28.8-29.2 (31.1-31.5 / 29.1), x97 34.5 / 33.8-34.0 -> 32.5-33.2 / 31.7-32.0 (32.4-32.5 / 30.7-31.0), 65536x65 26.4
+// / 24.3 -> 25.3-26.0 / 22.7-22.8 (30.0-30.2 / 27.9-28.0), 16384x67 11.3-11.5 / 7.7 -> 10.4-11.1 / 7.4-7.5 (12.0-12.7
+// / 9.3); log_softmax 65536x89 32.9-33.1 / 33.0-33.1 -> 31.0-31.1 / 30.2-30.5 (31.8-32.2 / 28.7), x97 35.2-35.5 /
+// 35.6-35.8 -> 33.5-34.6 / 33.3-33.4 (30.7-30.9 / 28.8).
 constexpr int kDoubleHalfTeamBlocksPerSm = 12;
 // fp32 rows of 33-40 vectors (132-160 elements: 16 x 4 fills at most 5/8 of its slots) take half teams from 44 warps
 // an SM (11616 rows on 132 SMs); longer ones keep the 64-warp gate. H200, s93 call 4, forced 32 x 2 (auto) -> 16 x 4,

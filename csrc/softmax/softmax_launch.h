@@ -166,7 +166,7 @@ constexpr int kManyFp32ScalarRowsMinLanes = 16;
 // fp64 softmax and log_softmax rows of 16 lanes x 4 vectors (heuristic_plan's rows of 65-kDoubleHalfTeamMaxLen, on a
 // grid capped at kDoubleHalfTeamBlocksPerSm) take a kMany instantiation too, bound to 6 blocks an SM: 40 registers, no
 // spills (local ptxas sm_90a), where the general bound left 54-59 (4 blocks). Whatever the rows' count: the capped grid
-// is what makes them many. Numbers: softmax_cuda.cu, at kDoubleHalfTeamBlocksPerSm.
+// is what makes them many. Numbers: softmax_cuda.cu, at kDoubleHalfTeamBlocksPerSm (s104 call 1).
 constexpr int kManyFp64ScalarRowsMinBlocks = 6;
 constexpr int kManyFp64ScalarRowsLanes = 16;
 template <typename T> constexpr int many_scalar_rows_min_blocks() {

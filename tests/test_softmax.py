@@ -964,6 +964,24 @@ def test_fp64_capped_half_team_rows_cuda():
 
 @pytest.mark.cuda
 @requires_cuda
+def test_fp64_many_wide_rows_cuda():
+    # Unaligned fp64 softmax and log_softmax rows on whole warps of 2 vectors a lane (98-128 elements) and of 4 at 128
+    # threads (129-161), many of them (from kManyFp64WideScalarRowsMinBlocksPerSm blocks of 256 threads an SM: the
+    # many-rows instantiation where many_scalar_rows says so), against fp64 after poisoning, the row max at either edge.
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    rows = 6 * sms * 8 + 13
+    for length in (98, 99, 105, 127, 129, 143, 161):
+        x = make_input((rows, length), torch.float64, "cuda")
+        x[::7, -1] += 100.0
+        x[3::7, 0] += 100.0
+        for op, ref_fn, torch_fn in ROW_OPS:
+            poison("cuda", x.numel() * x.element_size())
+            check_against_reference(op(x, -1), ref_fn(x, -1), torch_fn(x, -1), torch.float64,
+                                    f"{op.__name__} {rows}x{length}")
+
+
+@pytest.mark.cuda
+@requires_cuda
 def test_fp64_long_rows_cuda():
     # fp64 rows beyond 512 threads of registers: on sm_90 the block kernel (with shared memory: 2b.; a block a row of
     # up to 1024 threads where 2b. does not take them) or the streaming kernel, not the pipelined or split ones

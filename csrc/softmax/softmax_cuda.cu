@@ -1145,7 +1145,8 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
       fail("threads must be a multiple of 32 in [32, 256] for kind=warp");
     }
     // many_scalar_rows counts blocks of kWarpRowsThreads whatever the launch's block size.
-    const bool many_rows = many_scalar_rows<T>(ceil_div(s.rows, kWarpRowsThreads / plan.lanes), s.sms, plan.lanes);
+    const bool many_rows = many_scalar_rows<T>(ceil_div(s.rows, kWarpRowsThreads / plan.lanes), s.sms, plan.lanes,
+                                                plan.vpt);
     const int64_t blocks = ceil_div(s.rows, plan.threads / plan.lanes);
     launch_warp_rows<T>(rp, plan.vpt, s.aligned, on_grid, fold, many_rows, capped_grid(blocks), plan.threads, stream);
     return;

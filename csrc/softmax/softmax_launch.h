@@ -173,14 +173,19 @@ template <typename T> constexpr int many_scalar_rows_min_blocks() {
   return sizeof(T) == 8 ? kManyFp64ScalarRowsMinBlocks : kManyScalarRowsMinBlocks;
 }
 template <typename T> constexpr bool many_scalar_rows_compiled(int vpl, bool log_softmax) {
-  if (sizeof(T) == 8) return vpl == 4;
+  if (sizeof(T) == 8) return vpl == 2 || vpl == 4;
   return sizeof(T) == 2 ? vpl == 1 : sizeof(T) == 4 && vpl == 2 && log_softmax;
 }
 // Whether rows filling `blocks` blocks of kWarpRowsThreads threads (whatever the launch's block; warp_rows_threads
 // gives these plans 256) in teams of `lanes` lanes count as many rows (the kMany instantiation, where
 // many_scalar_rows_compiled has one).
-template <typename T> constexpr bool many_scalar_rows(int64_t blocks, int64_t sms, int lanes) {
-  if (sizeof(T) == 8) return lanes == kManyFp64ScalarRowsLanes;
+constexpr int64_t kManyFp64WideScalarRowsMinBlocksPerSm = 6;
+constexpr int kManyFp64WideScalarRowsMaxVpl = 2;
+template <typename T> constexpr bool many_scalar_rows(int64_t blocks, int64_t sms, int lanes, int vpl) {
+  if (sizeof(T) == 8) {
+    return lanes == kManyFp64ScalarRowsLanes ||
+           (lanes == 32 && vpl <= kManyFp64WideScalarRowsMaxVpl && blocks >= kManyFp64WideScalarRowsMinBlocksPerSm * sms);
+  }
   return sizeof(T) == 2 ? blocks >= kManyScalarRowsMinBlocksPerSm * sms
                         : lanes >= kManyFp32ScalarRowsMinLanes && blocks >= kManyFp32ScalarRowsMinBlocksPerSm * sms;
 }

@@ -167,8 +167,20 @@ constexpr int kManyFp32ScalarRowsMinLanes = 16;
 // grid capped at kDoubleHalfTeamBlocksPerSm) take a kMany instantiation too, bound to 6 blocks an SM: 40 registers, no
 // spills (local ptxas sm_90a), where the general bound left 54-59 (4 blocks). Whatever the rows' count: the capped grid
 // is what makes them many. Numbers: softmax_cuda.cu, at kDoubleHalfTeamBlocksPerSm (s104 call 1).
+// So do whole-warp fp64 rows of 2 vectors a lane (98-128 elements; 37-38 registers against 42-47) and of 4 (129-161,
+// launched at 128 threads; 40 against 54-59) from kManyFp64WideScalarRowsMinBlocksPerSm blocks of 256 threads an SM,
+// uncapped. H200, s104 call 2, us cold / streamed, two rounds, main -> bound (2 vectors: build 19b5e12, 4: alt; torch):
+// softmax 65536x99 35.0-35.3 / 34.0-34.2 -> 33.1-33.8 / 32.0-32.3 (32.2-33.5 / 30.3-30.5), x105 35.1-35.2 / 34.7 ->
+// 33.8-33.9 / 32.8 (32.2-33.1 / 31.5), x113 37.0-37.1 / 35.6-35.7 -> 34.1-35.9 / 33.9 (33.2-33.7 / 32.5-32.6), x127
+// 38.1-38.2 / 38.1 -> 36.3-36.5 / 36.0-36.2 (35.3-35.8 / 36.1), 32768x127 20.9-21.1 / 20.2 -> 20.0-20.2 / 19.1-19.2
+// (20.2-21.2 / 19.8-19.9), 8192x127 (7.75 blocks an SM) 9.0 / 6.5 -> 8.8 / 6.3-6.4 (10.1-10.5 / 7.6), 65536x129
+// 46.0-46.1 / 44.0-44.1 -> 44.1-44.3 / 41.6-41.7 (48.8-49.1 / 45.8), x143 50.8-51.0 / 53.0 -> 46.1-46.4 / 47.2-47.3
+// (49.0-49.4 / 46.0), x161 53.5-53.6 / 55.2-55.3 -> 48.3-48.6 / 49.8-49.9 (50.6-51.4 / 48.2-48.5); log_softmax 65536x99
+// 38.9-39.1 / 36.8-36.9 -> 38.0 / 35.2-35.3 (30.8 / 28.8), x127 40.1-40.5 / 39.3-39.4 -> 38.3-39.0 / 37.7-37.8
+// (34.8-35.2 / 35.4), x151 55.7 / 57.7-57.9 -> 51.2-51.3 / 49.6-49.9 (45.6-46.7 / 44.5-44.6). 16-lane rows of 2 vectors
+// (33-64 elements) keep the general bound: not timed under this one.
 constexpr int kManyFp64ScalarRowsMinBlocks = 6;
-constexpr int kManyFp64ScalarRowsLanes = 16;
+constexpr int64_t kManyFp64WideScalarRowsMinBlocksPerSm = 6;
 template <typename T> constexpr int many_scalar_rows_min_blocks() {
   return sizeof(T) == 8 ? kManyFp64ScalarRowsMinBlocks : kManyScalarRowsMinBlocks;
 }
@@ -177,14 +189,11 @@ template <typename T> constexpr bool many_scalar_rows_compiled(int vpl, bool log
   return sizeof(T) == 2 ? vpl == 1 : sizeof(T) == 4 && vpl == 2 && log_softmax;
 }
 // Whether rows filling `blocks` blocks of kWarpRowsThreads threads (whatever the launch's block; warp_rows_threads
-// gives these plans 256) in teams of `lanes` lanes count as many rows (the kMany instantiation, where
+// gives these plans 256) in teams of `lanes` lanes of `vpl` vectors count as many rows (the kMany instantiation, where
 // many_scalar_rows_compiled has one).
-constexpr int64_t kManyFp64WideScalarRowsMinBlocksPerSm = 6;
-constexpr int kManyFp64WideScalarRowsMaxVpl = 2;
 template <typename T> constexpr bool many_scalar_rows(int64_t blocks, int64_t sms, int lanes, int vpl) {
   if (sizeof(T) == 8) {
-    return lanes == kManyFp64ScalarRowsLanes ||
-           (lanes == 32 && vpl <= kManyFp64WideScalarRowsMaxVpl && blocks >= kManyFp64WideScalarRowsMinBlocksPerSm * sms);
+    return (lanes == 16 && vpl == 4) || (lanes == 32 && blocks >= kManyFp64WideScalarRowsMinBlocksPerSm * sms);
   }
   return sizeof(T) == 2 ? blocks >= kManyScalarRowsMinBlocksPerSm * sms
                         : lanes >= kManyFp32ScalarRowsMinLanes && blocks >= kManyFp32ScalarRowsMinBlocksPerSm * sms;

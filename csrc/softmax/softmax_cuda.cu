@@ -570,6 +570,21 @@ constexpr int64_t kDoubleHalfTeamMaxLen = 97;
 // / 9.3); log_softmax 65536x89 32.9-33.1 / 33.0-33.1 -> 31.0-31.1 / 30.2-30.5 (31.8-32.2 / 28.7), x97 35.2-35.5 /
 // 35.6-35.8 -> 33.5-34.6 / 33.3-33.4 (30.7-30.9 / 28.8).
 constexpr int kDoubleHalfTeamBlocksPerSm = 12;
+// log_softmax's 16-lane rows run uncapped, and up to kDoubleHalfTeamLogMaxLen: with the many-rows bound, they beat the
+// capped grid, and the 32-lane plan (whose log_softmax trails its softmax by 4-5 us at 99-105 elements where the
+// 16-lane one shares a row's logarithm between two rows, as it shares its reductions' shuffles). H200, s104 calls 3-4,
+// forced, us cold / streamed, two rounds each, auto (12 blocks an SM to 97 elements, 32 x 2 beyond) / capped 16 x 4 /
+// uncapped 16 x 4: 65536x75 29.4-29.5 / 27.9, 29.4-29.6 / 27.9-28.0, 28.0-28.2 / 27.6; x89 30.7-31.0 / 30.1,
+// 30.8 / 30.1, 29.7-29.8 / 30.1; x97 33.5-33.8 / 33.0, 33.5-33.6 / 33.0-33.1, 32.5 / 31.8; x99 38.4 / 35.0-35.3,
+// 34.9-35.2 / 33.6, 33.5-33.6 / 32.3-32.5; x101 37.3 / 35.1-35.2, 34.6 / 33.8-33.9, 33.3-33.5 / 34.5-34.6; but x105
+// 38.4-38.5 / 35.3, 37.7-38.0 / 34.8, 36.0 / 37.0, x109 37.5-37.9 / 35.4-35.5, 37.7-37.9 / 36.1-36.2, 36.2-36.3 /
+// 38.8-38.9, x113 37.5-38.0 / 35.7, 38.0-38.4 / 38.1-38.5, 37.5-37.6 / 39.9-40.1; and with fewer rows 16384x101
+// 13.2-13.4 / 10.3-10.4, 13.1-13.4 / 11.3, 13.1-13.2 / 11.3. Softmax keeps the cap and 97: uncapped 16 x 4 lost 1-2
+// us streamed at 75-101 (65536x75 26.3-26.4 -> 27.6-27.8; x101, against 32 x 2, 32.2-32.3 -> 34.6-34.7).
+constexpr int64_t kDoubleHalfTeamLogMaxLen = 101;
+constexpr int64_t double_half_team_max_len(SoftmaxOutput output) {
+  return output == SoftmaxOutput::LogSoftmax ? kDoubleHalfTeamLogMaxLen : kDoubleHalfTeamMaxLen;
+}
 // fp32 rows of 33-40 vectors (132-160 elements: 16 x 4 fills at most 5/8 of its slots) take half teams from 44 warps
 // an SM (11616 rows on 132 SMs); longer ones keep the 64-warp gate. H200, s93 call 4, forced 32 x 2 (auto) -> 16 x 4,
 // us cold / streamed (torch): softmax 12288x132 8.6 / 5.9 -> 7.7 / 4.9 (8.4 / 6.3), 12288x160 9.0 / 6.2 -> 8.6 / 5.6
@@ -785,7 +800,8 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
     // log_softmax 65536x151 59.6 -> 55.1 (45.6), but x171 55.9 -> 57.8, x181 56.6 -> 63.1; 16 x 4, softmax 65536x65 36.2
     // -> 27.2 (30.6), x75 37.6 -> 28.9, x83 37.9 -> 29.4, x89 37.7 -> 35.9 (30.7), 16384x67 12.9 -> 10.5 (11.9),
     // log_softmax 65536x67 40.7 -> 29.8 (30.5), x89 41.2 -> 35.6 (31.2), but x93 level cold and 35.5 -> 37.8 streamed;
-    // since session 103 on a capped grid (kDoubleHalfTeamBlocksPerSm), which also wins at 90-97 elements.
+    // since session 103 on a capped grid (kDoubleHalfTeamBlocksPerSm), which also wins at 90-97 elements; since
+    // session 104 log_softmax's run uncapped, to 101 elements (kDoubleHalfTeamLogMaxLen).
     // The online reduction (the general kernels) keeps the old plans: not timed.
     if (std::is_same_v<T, double> && scalar_rows && rows_for_wide_warps && plan.lanes == 32) {
       const bool fixed = p.algorithm != SoftmaxAlgorithm::Online;
@@ -793,10 +809,10 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
         plan.threads = kWarpRowsSmallThreads;
       } else if (plan.vpt == 4) {
         plan.vpt = kDoubleWarpMaxVpl;
-      } else if (plan.vpt == 2 && fixed && s.len <= kDoubleHalfTeamMaxLen) {
+      } else if (plan.vpt == 2 && fixed && s.len <= double_half_team_max_len(p.output)) {
         plan.lanes = 16;
         plan.vpt = 4;
-        plan.bpsm = kDoubleHalfTeamBlocksPerSm;
+        plan.bpsm = p.output == SoftmaxOutput::LogSoftmax ? 0 : kDoubleHalfTeamBlocksPerSm;
       }
     }
     return plan;

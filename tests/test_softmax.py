@@ -940,6 +940,19 @@ def test_fp64_wide_warp_rows_cuda():
             assert re.search(rf"plan: {r}x{cols} kind={kind},", line), (op, line)
 
 
+def _check_fp64_rows(rows, lengths):
+    # softmax and log_softmax of fresh fp64 CUDA rows of each length against fp64 after poisoning, the row max at
+    # either edge
+    for length in lengths:
+        x = make_input((rows, length), torch.float64, "cuda")
+        x[::7, -1] += 100.0
+        x[3::7, 0] += 100.0
+        for op, ref_fn, torch_fn in ROW_OPS:
+            poison("cuda", x.numel() * x.element_size())
+            check_against_reference(op(x, -1), ref_fn(x, -1), torch_fn(x, -1), torch.float64,
+                                    f"{op.__name__} {rows}x{length}")
+
+
 @pytest.mark.cuda
 @requires_cuda
 def test_fp64_capped_half_team_rows_cuda():
@@ -950,14 +963,7 @@ def test_fp64_capped_half_team_rows_cuda():
     # max at either edge; and the plans "auto" takes at both ends.
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     rows = 2 * 12 * sms * 16 + 21
-    for length in (65, 67, 89, 91, 97, 99, 101):
-        x = make_input((rows, length), torch.float64, "cuda")
-        x[::7, -1] += 100.0
-        x[3::7, 0] += 100.0
-        for op, ref_fn, torch_fn in ROW_OPS:
-            poison("cuda", x.numel() * x.element_size())
-            check_against_reference(op(x, -1), ref_fn(x, -1), torch_fn(x, -1), torch.float64,
-                                    f"{op.__name__} {rows}x{length}")
+    _check_fp64_rows(rows, (65, 67, 89, 91, 97, 99, 101))
     capped, uncapped, whole = "warp,lanes=16,vpt=4,.*,bpsm=12", "warp,lanes=16,vpt=4,.*,bpsm=0", "warp,lanes=32,vpt=2"
     for op, kinds in (("softmax", {65: capped, 97: capped, 99: whole, 101: whole}),
                       ("log_softmax", {65: uncapped, 97: uncapped, 101: uncapped, 103: whole})):
@@ -970,18 +976,12 @@ def test_fp64_capped_half_team_rows_cuda():
 @requires_cuda
 def test_fp64_many_wide_rows_cuda():
     # Unaligned fp64 softmax and log_softmax rows on whole warps of 2 vectors a lane (softmax 98-128 elements,
-    # log_softmax 102-128) and of 4 at 128 threads (129-161), many of them (from kManyFp64WideScalarRowsMinBlocksPerSm blocks of 256 threads an SM: the
-    # many-rows instantiation where many_scalar_rows says so), against fp64 after poisoning, the row max at either edge.
+    # log_softmax 102-128) and of 4 at 128 threads (129-161), many of them (from kManyFp64WideScalarRowsMinBlocksPerSm
+    # blocks of 256 threads an SM: the many-rows instantiation where many_scalar_rows says so), against fp64 after
+    # poisoning, the row max at either edge.
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     rows = 6 * sms * 8 + 13
-    for length in (99, 103, 105, 127, 129, 143, 161):
-        x = make_input((rows, length), torch.float64, "cuda")
-        x[::7, -1] += 100.0
-        x[3::7, 0] += 100.0
-        for op, ref_fn, torch_fn in ROW_OPS:
-            poison("cuda", x.numel() * x.element_size())
-            check_against_reference(op(x, -1), ref_fn(x, -1), torch_fn(x, -1), torch.float64,
-                                    f"{op.__name__} {rows}x{length}")
+    _check_fp64_rows(rows, (99, 103, 105, 127, 129, 143, 161))
 
 
 @pytest.mark.cuda

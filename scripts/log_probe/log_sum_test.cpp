@@ -1,0 +1,59 @@
+// Host test of log_sum (log_sum.cuh), the fp64 logarithm of a row's sum: its error in units in the last
+// place against long double logl (x86: 64-bit significand) over d in [1, 2^31) drawn several ways, and its special
+// values. The device runs the same code (fma in hardware rather than libm's, the same results).
+//   g++ -O2 -std=c++17 -ffp-contract=off -o /tmp/log_sum_test scripts/log_probe/log_sum_test.cpp && /tmp/log_sum_test
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <random>
+
+#include "log_sum.cuh"
+
+namespace {
+
+double ulp_error(double d) {
+  const long double ref = logl(static_cast<long double>(d));
+  const double got = flash_attn_ext::log_sum(d);
+  const double ulp = std::nextafter(static_cast<double>(ref), INFINITY) - static_cast<double>(ref);
+  return ref == 0 ? std::fabs(got) : static_cast<double>(std::fabs(static_cast<long double>(got) - ref) / ulp);
+}
+
+struct Worst {
+  double err = 0, at = 0;
+  void take(double d) {
+    const double e = ulp_error(d);
+    if (e > err) err = e, at = d;
+  }
+};
+
+}  // namespace
+
+int main() {
+  std::mt19937_64 rng(20261201);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  Worst near_one, mantissas, wide, edges;
+  for (int k = 0; k < 2000000; ++k) {
+    near_one.take(1.0 + std::ldexp(unit(rng), -static_cast<int>(rng() % 52)));  // d - 1 from 2^-52 to 1
+    mantissas.take(1.0 + unit(rng));                                            // [1, 2)
+    wide.take(std::ldexp(1.0 + unit(rng), static_cast<int>(rng() % 31)));        // [1, 2^31)
+  }
+  for (int i = 0; i <= 128; ++i) {  // the table's cell edges and their neighbours, at several exponents
+    for (int e = 0; e < 31; e += 5) {
+      const double edge = std::ldexp(1.0 + i / 128.0, e);
+      edges.take(edge);
+      edges.take(std::nextafter(edge, 0.0) >= 1.0 ? std::nextafter(edge, 0.0) : edge);
+      edges.take(std::nextafter(edge, INFINITY));
+    }
+  }
+  std::printf("max ulp error: near 1 %.3f (at %.17g), [1, 2) %.3f (at %.17g), [1, 2^31) %.3f (at %.17g), "
+              "cell edges %.3f (at %.17g)\n",
+              near_one.err, near_one.at, mantissas.err, mantissas.at, wide.err, wide.at, edges.err, edges.at);
+  const double log1 = flash_attn_ext::log_sum(1.0);
+  const bool specials = log1 == 0.0 && !std::signbit(log1) && std::isnan(flash_attn_ext::log_sum(NAN)) &&
+                        flash_attn_ext::log_sum(INFINITY) == INFINITY &&
+                        flash_attn_ext::log_sum(0.5) == std::log(0.5);
+  std::printf("special values %s\n", specials ? "ok" : "WRONG");
+  const double worst = std::fmax(std::fmax(near_one.err, mantissas.err), std::fmax(wide.err, edges.err));
+  return specials && worst <= 1.0 ? 0 : 1;
+}

@@ -2,9 +2,9 @@
 // per dtype: warp kernel for 1, 2, 4 (and 8 where RowsTraits allows, for 16-bit rows of logsumexp and of softmax and
 // log_softmax, aligned and on the memory's grid: kLseWarpMaxVpl, and for fp64 rows: kDoubleWarpMaxVpl) vectors per lane
 // (logsumexp of unaligned 16-bit and fp32 rows on the memory's grid too: lse_rows_on_grid; 16-bit softmax and
-// log_softmax of unaligned rows at 1 vector, fp32 log_softmax at 2 and fp64 softmax and log_softmax at 4 twice, once
-// bound for many rows: many_scalar_rows_compiled), block kernel for RowsTraits' small and large vectors per thread,
-// each aligned and scalar (and at the large size the block kernel fixed to logsumexp, kLse).
+// log_softmax of unaligned rows at 1 vector, fp32 log_softmax at 2 and fp64 softmax and log_softmax at 2 and 4 twice,
+// once bound for many rows: many_scalar_rows_compiled), block kernel for RowsTraits' small and large vectors per
+// thread, each aligned and scalar (and at the large size the block kernel fixed to logsumexp, kLse).
 #include <type_traits>
 
 #include <c10/util/Exception.h>

@@ -901,12 +901,12 @@ def test_fp64_wide_warp_rows_cuda():
     # every SM kWideWarpMinRowsPerSm, every output and algorithm, element by element on the general instantiation,
     # aligned or not (since session 102; aligned ones had fixed instantiations of their own), as are unaligned softmax
     # and log_softmax rows of 162-256 elements (logsumexp's stay on 4 vectors; since session 101 auto's rows of 129-161
-    # do too, at 128 threads, and its rows of 65-89 take 16 lanes of 4 vectors, since session 103 those of 65-97 on a grid
-    # capped at 12 blocks an SM since session 104: kDoubleHalfTeamBlocksPerSm). 320 is the last length whose rows end
-    # in a lane's first 5 vectors (the rest skipped), 321 the first past it; 511, 257, 255 and 129 odd, 501, 400 and 199
-    # at +1 off the grid; 161 and 131 leave a lane's last vector dead in every lane (skipped: live_vectors; online, at 8
-    # vectors: 5), 67 (auto: 16 x 4) one too, and 67 online (32 lanes x 2 vectors) and 33 (16 x 2) a lane's last value;
-    # the row max at either edge.
+    # do too, at 128 threads, and its rows of 65-89 take 16 lanes of 4 vectors, since session 103 those of 65-97 on a
+    # grid capped at 12 blocks an SM since session 104: kDoubleHalfTeamBlocksPerSm; log_softmax's 65-101 uncapped). 320
+    # is the last length whose rows end in a lane's first 5 vectors (the rest skipped), 321 the first past it; 511, 257,
+    # 255 and 129 odd, 501, 400 and 199 at +1 off the grid; 161 and 131 leave a lane's last vector dead in every lane
+    # (skipped: live_vectors; online, at 8 vectors: 5), 67 (auto: 16 x 4) one too, and 67 online (32 lanes x 2 vectors)
+    # and 33 (16 x 2) a lane's last value; the row max at either edge.
     rows = WIDE_WARP_ROWS_PER_SM * torch.cuda.get_device_properties(0).multi_processor_count
     dtype = torch.float64
     for length, offset in ((512, 0), (511, 0), (501, 1), (320, 0), (321, 0), (258, 0), (257, 0), (400, 1), (255, 0),

@@ -547,7 +547,7 @@ constexpr int64_t kHalfTeamFp64MinVecs = 17;
 // warp step says why).
 constexpr int64_t kDoubleFourVectorMaxLen = 161;
 constexpr int64_t kDoubleHalfTeamMaxLen = 97;
-// Those 16-lane rows run on a grid of at most this many blocks an SM, each block's warps taking row after row: on
+// Softmax's 16-lane rows run on a grid of at most this many blocks an SM, each block's warps taking row after row: on
 // uncapped blocks (16 rows each, 4096 of them at 65536 rows) they trailed torch. Session 103's kernel's 54-59 registers
 // let an SM hold 4 of its 256-thread blocks, so 8 was two waves (ncu, s103 call 5). H200, s103 call 1, forced, us cold
 // / streamed: softmax 65536x89 34.5 / 34.7 uncapped, 32.5 / 32.0 at 4, 31.2 / 31.4 at 8 (torch ~30.4-31.7). Through

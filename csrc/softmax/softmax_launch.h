@@ -164,10 +164,11 @@ constexpr int64_t kManyScalarRowsMinBlocksPerSm = 12;
 constexpr int64_t kManyFp32ScalarRowsMinBlocksPerSm = 6;
 constexpr int kManyFp32ScalarRowsMinLanes = 16;
 // fp64 softmax and log_softmax rows of 16 lanes x 4 vectors (heuristic_plan's: softmax rows of 65-97 elements on a grid
-// capped at kDoubleHalfTeamBlocksPerSm, log_softmax rows of 65-101 uncapped) take a kMany instantiation too, bound to
-// 6 blocks an SM: 40 registers, no spills (local ptxas sm_90a), where the general bound left 54-59 (4 blocks). Whatever
-// the rows' count: softmax's capped grid makes them many, and log_softmax's fewer rows lost nothing to it (s104 call
-// 5: 16384x75 level). Numbers: softmax_cuda.cu, at kDoubleHalfTeamBlocksPerSm and kDoubleHalfTeamLogMaxLen.
+// capped at kDoubleHalfTeamBlocksPerSm, log_softmax rows of 65-101 uncapped) take a kMany instantiation too, bound to 6
+// blocks an SM: 40 registers, no spills (local ptxas sm_90a), where the general bound left 54-59 (4 blocks). Whatever
+// the rows' count (the plan starts at 32 rows an SM): with fewer rows the bound cost nothing measured (s104 call 1:
+// softmax 16384x67 11.3-11.5 -> 10.4-11.1 us cold; call 5: log_softmax 16384x75 level). Numbers: softmax_cuda.cu, at
+// kDoubleHalfTeamBlocksPerSm and kDoubleHalfTeamLogMaxLen.
 // So do whole-warp fp64 rows of 2 vectors a lane (98-128 elements; 37-38 registers against 42-47) and of 4 (129-161,
 // launched at 128 threads; 40 against 54-59) from kManyFp64WideScalarRowsMinBlocksPerSm blocks of 256 threads an SM,
 // uncapped. H200, s104 call 2, us cold / streamed, two rounds, main -> bound (2 vectors: build 19b5e12, 4: alt; torch):

@@ -1,8 +1,8 @@
 """Writes log_table.h: the reduction table of log_sum (log_sum.cuh; both here, in scripts/log_probe).
 
 Entry i of 128 covers mantissas m in [1 + i/128, 1 + (i+1)/128): c_i, the double nearest 1 / (1 + i/128), the cell's
-lower edge, so that r = m * c_i - 1 lies in [0, 2^-7) (to a rounding) and log(m) = -log(c_i) + log1p(r) adds two
-terms of one sign (c_0 = 1: r = m - 1 exactly, log(m) keeps its relative precision near 1); and -log(c_i) as a
+lower edge, so that r = m * c_i - 1 lies in [-2^-53, 2^-7) (c_i may round low) and log(m) = -log(c_i) + log1p(r) adds two
+terms that never cancel (-log(c_i) >= 2^-7 but for c_0) (c_0 = 1: r = m - 1 exactly, log(m) keeps its relative precision near 1); and -log(c_i) as a
 double-double (hi, lo), from Python's decimal at 60 digits.
 
     python3 scripts/log_probe/make_log_table.py > scripts/log_probe/log_table.h

@@ -48,7 +48,7 @@ if [[ $POINTS != - ]]; then
 fi
 if [[ -n "${NCU:-}" ]] && command -v ncu > /dev/null; then
   S="--section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats"
-  S="$S --section MemoryWorkloadAnalysis --section SchedulerStats"
+  S="$S --section MemoryWorkloadAnalysis --section SchedulerStats --section InstructionStats"
   for spec in $NCU; do
     IFS=: read -r who root op dt shape <<< "$spec"
     k="[Ss]oft[Mm]ax"; [[ $who == fae ]] && k=softmax_

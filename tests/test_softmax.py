@@ -953,6 +953,14 @@ def _check_fp64_rows(rows, lengths):
                                     f"{op.__name__} {rows}x{length}")
 
 
+def _assert_fp64_row_plans(rows, kinds_by_op):
+    # The plan "auto" takes for fp64 rows x length, per op name and length: a regex the plan line's kind must match.
+    for op, kinds in kinds_by_op.items():
+        expected = [((rows, length), "float64", kind) for length, kind in kinds.items()]
+        for ((r, cols), _, kind), line in zip(expected, _auto_plans(expected, op)):
+            assert re.search(rf"plan: {r}x{cols} kind={kind},", line), (op, line)
+
+
 @pytest.mark.cuda
 @requires_cuda
 def test_fp64_capped_half_team_rows_cuda():
@@ -965,11 +973,8 @@ def test_fp64_capped_half_team_rows_cuda():
     rows = 2 * 12 * sms * 16 + 21
     _check_fp64_rows(rows, (65, 67, 89, 91, 97, 99, 101))
     capped, uncapped, whole = "warp,lanes=16,vpt=4,.*,bpsm=12", "warp,lanes=16,vpt=4,.*,bpsm=0", "warp,lanes=32,vpt=2"
-    for op, kinds in (("softmax", {65: capped, 97: capped, 99: whole, 101: whole}),
-                      ("log_softmax", {65: uncapped, 97: uncapped, 101: uncapped, 103: whole})):
-        expected = [((rows, length), "float64", kind) for length, kind in kinds.items()]
-        for ((r, cols), _, kind), line in zip(expected, _auto_plans(expected, op)):
-            assert re.search(rf"plan: {r}x{cols} kind={kind},", line), (op, line)
+    _assert_fp64_row_plans(rows, {"softmax": {65: capped, 97: capped, 99: whole, 101: whole},
+                                  "log_softmax": {65: uncapped, 97: uncapped, 101: uncapped, 103: whole}})
 
 
 @pytest.mark.cuda
@@ -978,10 +983,13 @@ def test_fp64_many_wide_rows_cuda():
     # Unaligned fp64 softmax and log_softmax rows on whole warps of 2 vectors a lane (softmax 98-128 elements,
     # log_softmax 102-128) and of 4 at 128 threads (129-161), many of them (from kManyFp64WideScalarRowsMinBlocksPerSm
     # blocks of 256 threads an SM: the many-rows instantiation where many_scalar_rows says so), against fp64 after
-    # poisoning, the row max at either edge.
+    # poisoning, the row max at either edge; and the plans "auto" takes at the ends of each range.
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     rows = 6 * sms * 8 + 13
     _check_fp64_rows(rows, (99, 103, 105, 127, 129, 143, 161))
+    two, four = "warp,lanes=32,vpt=2", "warp,lanes=32,vpt=4,threads=128"
+    _assert_fp64_row_plans(rows, {"softmax": {99: two, 127: two, 129: four, 161: four},
+                                  "log_softmax": {103: two, 127: two, 129: four, 161: four}})
 
 
 @pytest.mark.cuda

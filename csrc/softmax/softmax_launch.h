@@ -181,10 +181,15 @@ constexpr int kManyFp32ScalarRowsMinLanes = 16;
 // 38.9-39.1 / 36.8-36.9 -> 38.0 / 35.2-35.3 (30.8 / 28.8), x127 40.1-40.5 / 39.3-39.4 -> 38.3-39.0 / 37.7-37.8
 // (34.8-35.2 / 35.4), x151 55.7 / 57.7-57.9 -> 51.2-51.3 / 49.6-49.9 (45.6-46.7 / 44.5-44.6). 16-lane rows of 2 vectors
 // (33-64 elements) keep the general bound: not timed under this one.
+// Whole-warp fp64 rows of 2 vectors a lane are bound to 8 blocks instead (32 registers, no spills, local ptxas sm_90a;
+// at 4 vectors 8 spilled 16-48 bytes): 64 warps an SM against 48, for rows whose time is one serial chain each (the
+// reductions' shuffles, the row's logarithm).
 constexpr int kManyFp64ScalarRowsMinBlocks = 6;
+constexpr int kManyFp64TwoVectorRowsMinBlocks = 8;
 constexpr int64_t kManyFp64WideScalarRowsMinBlocksPerSm = 6;
-template <typename T> constexpr int many_scalar_rows_min_blocks() {
-  return sizeof(T) == 8 ? kManyFp64ScalarRowsMinBlocks : kManyScalarRowsMinBlocks;
+template <typename T> constexpr int many_scalar_rows_min_blocks(int vpl) {
+  if (sizeof(T) == 8) return vpl == 2 ? kManyFp64TwoVectorRowsMinBlocks : kManyFp64ScalarRowsMinBlocks;
+  return kManyScalarRowsMinBlocks;
 }
 template <typename T> constexpr bool many_scalar_rows_compiled(int vpl, bool log_softmax) {
   if (sizeof(T) == 8) return vpl == 2 || vpl == 4;

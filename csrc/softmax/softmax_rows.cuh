@@ -98,7 +98,7 @@ template <typename T, int kVpl, bool kAligned, FixedRows kFixed = FixedRows::Gen
 __global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? 0
                                                    : raw_grid_rows<T>(kVpl, kGrid, kFixed) ? kRawGridRowsMinBlocks
                                                    : kGrid != GridRows::Off ? kShiftedLseMinBlocks
-                                                   : kMany                  ? many_scalar_rows_min_blocks<T>()
+                                                   : kMany                  ? many_scalar_rows_min_blocks<T>(kVpl)
                                                                              : scalar_rows_min_blocks<T>(kVpl))
     softmax_warp_rows_kernel(const RowsParams<T> p) {
   begin_dependent_grid();

@@ -195,6 +195,10 @@ template <typename T> constexpr bool many_scalar_rows_compiled(int vpl, bool log
   if (sizeof(T) == 8) return vpl == 2 || vpl == 4;
   return sizeof(T) == 2 ? vpl == 1 : sizeof(T) == 4 && vpl == 2 && log_softmax;
 }
+// fp64 many-rows teams of 2 vectors a lane are whole warps (many_scalar_rows gives that plan 32 lanes only), and their
+// kMany instantiation takes the width at compile time: a run-time one costs every row its jump tables and branches over
+// the team width (the shuffles' steps, the lane strides).
+template <typename T> constexpr bool many_rows_whole_warp(int vpl) { return sizeof(T) == 8 && vpl == 2; }
 // Whether rows filling `blocks` blocks of kWarpRowsThreads threads (whatever the launch's block; warp_rows_threads
 // gives these plans 256) in teams of `lanes` lanes of `vpl` vectors count as many rows (the kMany instantiation, where
 // many_scalar_rows_compiled has one).

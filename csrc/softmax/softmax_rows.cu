@@ -210,6 +210,9 @@ void launch_warp_rows(const RowsParams<T>& p, int vpl, bool aligned, bool on_gri
   const bool pairs = !aligned && !on_grid && fixed != FixedRows::General && fixed != FixedRows::SafeLogSumExp &&
                      pair_rows_pay<T>(vpl, fixed == FixedRows::SafeLogSoftmax) &&
                      pair_shift(p.x) == pair_shift(p.y) && held >= p.len + (p.len % 2 == 1 ? 1 : pair_shift(p.x));
+  TORCH_CHECK(!(many_rows && many_rows_whole_warp<T>(vpl)) || p.lanes_log2 == 5,
+              "flash_attn_ext softmax: many rows of ", vpl, " vectors a lane are compiled for whole warps, not ",
+              1 << p.lanes_log2, " lanes");
   launch_kernel(select_warp_kernel<T>(vpl, aligned, pairs, fixed, on_grid, fold, many_rows), grid, threads, 0, stream,
                 LaunchKind::Plain, p);
 }

@@ -112,7 +112,7 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? 0
   // and 4).
   constexpr bool kOnGrid = !kAligned && kGrid != GridRows::Off;
   constexpr bool kFold = kOnGrid && kGrid == GridRows::Folded;
-  constexpr bool kWholeWarp = whole_warp_team<T>(kAligned, kOnGrid, kVpl);
+  constexpr bool kWholeWarp = whole_warp_team<T>(kAligned, kOnGrid, kVpl) || (kMany && many_rows_whole_warp<T>(kVpl));
   const int lanes_log2 = kWholeWarp ? 5 : p.lanes_log2;
   const int lanes = 1 << lanes_log2;
   const int li = threadIdx.x & (lanes - 1);

@@ -195,10 +195,20 @@ template <typename T> constexpr bool many_scalar_rows_compiled(int vpl, bool log
   if (sizeof(T) == 8) return vpl == 2 || vpl == 4;
   return sizeof(T) == 2 ? vpl == 1 : sizeof(T) == 4 && vpl == 2 && log_softmax;
 }
-// fp64 many-rows teams of 2 vectors a lane are whole warps (many_scalar_rows gives that plan 32 lanes only), and their
-// kMany instantiation takes the width at compile time: a run-time one costs every row its jump tables and branches over
-// the team width (the shuffles' steps, the lane strides).
-template <typename T> constexpr bool many_rows_whole_warp(int vpl) { return sizeof(T) == 8 && vpl == 2; }
+// fp64's kMany instantiations take the team's width at compile time (softmax_warp_rows_kernel's kLanes), one for each
+// width many_scalar_rows gives them (2 vectors a lane: 32 lanes; 4: 16 or 32): a run-time width costs every row its
+// jump tables and branches over the team width (the shuffles' steps, the lane strides). The 16-bit and fp32 ones read
+// it at run time. H200, s106 call 2, 2 vectors a lane, run-time -> compile-time (496 -> 440 SASS instructions, the
+// log_softmax kernel), us cold / streamed (torch): log_softmax 65536x105 37.8 / 34.9 -> 34.0-34.6 / 31.8 (31.7 / 29.2),
+// x113 37.5 / 35.1 -> 34.1-34.4 / 32.1 (32.0 / 31.8), x127 38.9 / 36.0 -> 34.4-35.6 / 34.5 (34.4 / 35.4); softmax
+// 65536x99 33.0 / 30.6 -> 30.0-30.5 / 28.6 (32.6 / 30.7), x113 34.6 / 31.6 -> 32.0 / 30.7 (33.4 / 32.6). These kernels
+// issue an instruction nearly every cycle: the time follows the instruction count. s106 call 3, 4 vectors a lane
+// (log_softmax 760 -> 664 SASS instructions on 16 lanes, 4 bytes spilled; 672 on 32): softmax 65536x75 27.0 / 26.3 ->
+// 24.1-24.5 / 23.0 (30.4-31.3 / 27.7-28.0), x97 32.3 / 31.7-32.1 -> 29.8-30.5 / 29.4 (32.0-32.7 / 30.5), x143 46.2 /
+// 47.2 -> 41.0 / 39.8 (47.7-48.0 / 46.0), x161 48.3 / 49.8 -> 43.3-43.5 / 42.9 (49.7-51.0 / 48.1-48.3); log_softmax
+// 65536x101 34.4 / 34.5 -> 33.2-34.2 / 33.2 (30.8-31.6 / 28.9), x151 50.8 / 49.4 -> 44.7 / 42.9-43.1 (45.1-45.8 /
+// 44.5-44.7); x89 and x113 level.
+template <typename T> constexpr bool many_rows_fixed_lanes() { return sizeof(T) == 8; }
 // Whether rows filling `blocks` blocks of kWarpRowsThreads threads (whatever the launch's block; warp_rows_threads
 // gives these plans 256) in teams of `lanes` lanes of `vpl` vectors count as many rows (the kMany instantiation, where
 // many_scalar_rows_compiled has one).

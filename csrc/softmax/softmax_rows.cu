@@ -2,8 +2,9 @@
 // per dtype: warp kernel for 1, 2, 4 (and 8 where RowsTraits allows, for 16-bit rows of logsumexp and of softmax and
 // log_softmax, aligned and on the memory's grid: kLseWarpMaxVpl, and for fp64 rows: kDoubleWarpMaxVpl) vectors per lane
 // (logsumexp of unaligned 16-bit and fp32 rows on the memory's grid too: lse_rows_on_grid; 16-bit softmax and
-// log_softmax of unaligned rows at 1 vector, fp32 log_softmax at 2 and fp64 softmax and log_softmax at 2 and 4 twice,
-// once bound for many rows: many_scalar_rows_compiled), block kernel for RowsTraits' small and large vectors per
+// log_softmax of unaligned rows at 1 vector, fp32 log_softmax at 2 and fp64 softmax and log_softmax at 2 and 4 once
+// more for many rows, on a compile-time team of 32 lanes and at 4 of 16 too: many_scalar_rows_compiled,
+// many_rows_fixed_lanes), block kernel for RowsTraits' small and large vectors per
 // thread, each aligned and scalar (and at the large size the block kernel fixed to logsumexp, kLse).
 #include <type_traits>
 
@@ -91,11 +92,18 @@ template <typename T, int kVpl> RowsKernel<T> pair_kernel(FixedRows fixed) {
   }
 }
 
-// Softmax or log_softmax (kFixed) of many unaligned rows (many_scalar_rows_compiled), element-wise or in pairs where
-// pairs paid: the instantiation bound to many_scalar_rows_min_blocks. nullptr where none is compiled.
-template <typename T, int kVpl, FixedRows kFixed> RowsKernel<T> many_rows_kernel_of(bool pairs) {
+// Softmax or log_softmax (kFixed) of many unaligned rows (many_scalar_rows_compiled) on teams of `lanes` lanes,
+// element-wise or in pairs where pairs paid: the instantiation bound to many_scalar_rows_min_blocks, for fp64 the one
+// of that team width (many_rows_fixed_lanes). nullptr where none is compiled.
+template <typename T, int kVpl, FixedRows kFixed> RowsKernel<T> many_rows_kernel_of(bool pairs, int lanes) {
   constexpr bool kLog = kFixed == FixedRows::SafeLogSoftmax;
-  if constexpr (many_scalar_rows_compiled<T>(kVpl, kLog)) {
+  if constexpr (many_scalar_rows_compiled<T>(kVpl, kLog) && many_rows_fixed_lanes<T>()) {
+    if (pairs) return nullptr;
+    if (lanes == 32) return softmax_warp_rows_kernel<T, kVpl, false, kFixed, false, GridRows::Off, true, 32>;
+    if constexpr (kVpl == 4) {
+      if (lanes == 16) return softmax_warp_rows_kernel<T, kVpl, false, kFixed, false, GridRows::Off, true, 16>;
+    }
+  } else if constexpr (many_scalar_rows_compiled<T>(kVpl, kLog)) {
     if constexpr (pair_rows_pay<T>(kVpl, kLog)) {
       if (pairs) return softmax_warp_rows_kernel<T, kVpl, false, kFixed, true, GridRows::Off, true>;
     }
@@ -105,22 +113,22 @@ template <typename T, int kVpl, FixedRows kFixed> RowsKernel<T> many_rows_kernel
 }
 
 // many_rows_kernel_of for the op that `fixed` names; nullptr for the other outputs.
-template <typename T, int kVpl> RowsKernel<T> many_rows_kernel(FixedRows fixed, bool pairs) {
-  if (fixed == FixedRows::SafeSoftmax) return many_rows_kernel_of<T, kVpl, FixedRows::SafeSoftmax>(pairs);
-  if (fixed == FixedRows::SafeLogSoftmax) return many_rows_kernel_of<T, kVpl, FixedRows::SafeLogSoftmax>(pairs);
+template <typename T, int kVpl> RowsKernel<T> many_rows_kernel(FixedRows fixed, bool pairs, int lanes) {
+  if (fixed == FixedRows::SafeSoftmax) return many_rows_kernel_of<T, kVpl, FixedRows::SafeSoftmax>(pairs, lanes);
+  if (fixed == FixedRows::SafeLogSoftmax) return many_rows_kernel_of<T, kVpl, FixedRows::SafeLogSoftmax>(pairs, lanes);
   return nullptr;
 }
 
 template <typename T, int kVpl>
-RowsKernel<T> warp_kernel(bool aligned, bool pairs, FixedRows fixed, bool on_grid, bool fold, bool many_rows) {
+RowsKernel<T> warp_kernel(bool aligned, bool pairs, FixedRows fixed, bool on_grid, bool fold, int many_lanes) {
   if constexpr (kVpl <= RowsTraits<T>::kMaxVpt) {
     if (aligned) return warp_kernel_of<T, kVpl, true>(fixed, false);
     if (on_grid && (fixed == FixedRows::SafeSoftmax || fixed == FixedRows::SafeLogSoftmax)) {
       return grid_softmax_kernel<T, kVpl>(fixed);
     }
     if constexpr (many_scalar_rows_compiled<T>(kVpl, false) || many_scalar_rows_compiled<T>(kVpl, true)) {
-      if (many_rows && !on_grid) {
-        if (const RowsKernel<T> k = many_rows_kernel<T, kVpl>(fixed, pairs)) return k;
+      if (many_lanes > 0 && !on_grid) {
+        if (const RowsKernel<T> k = many_rows_kernel<T, kVpl>(fixed, pairs, many_lanes)) return k;
       }
     }
     if (pairs) return pair_kernel<T, kVpl>(fixed);
@@ -161,13 +169,13 @@ RowsKernel<T> warp_kernel(bool aligned, bool pairs, FixedRows fixed, bool on_gri
 
 template <typename T>
 RowsKernel<T> select_warp_kernel(int vpl, bool aligned, bool pairs, FixedRows fixed, bool on_grid, bool fold,
-                                 bool many_rows) {
+                                 int many_lanes) {
   RowsKernel<T> k = nullptr;
   switch (vpl) {
-    case 1: k = warp_kernel<T, 1>(aligned, pairs, fixed, on_grid, fold, many_rows); break;
-    case 2: k = warp_kernel<T, 2>(aligned, pairs, fixed, on_grid, fold, many_rows); break;
-    case 4: k = warp_kernel<T, 4>(aligned, pairs, fixed, on_grid, fold, many_rows); break;
-    case 8: k = warp_kernel<T, 8>(aligned, pairs, fixed, on_grid, fold, many_rows); break;
+    case 1: k = warp_kernel<T, 1>(aligned, pairs, fixed, on_grid, fold, many_lanes); break;
+    case 2: k = warp_kernel<T, 2>(aligned, pairs, fixed, on_grid, fold, many_lanes); break;
+    case 4: k = warp_kernel<T, 4>(aligned, pairs, fixed, on_grid, fold, many_lanes); break;
+    case 8: k = warp_kernel<T, 8>(aligned, pairs, fixed, on_grid, fold, many_lanes); break;
     default: break;
   }
   TORCH_CHECK(k != nullptr, "flash_attn_ext softmax: no warp-per-row kernel for ", vpl, " vectors per lane");
@@ -210,10 +218,8 @@ void launch_warp_rows(const RowsParams<T>& p, int vpl, bool aligned, bool on_gri
   const bool pairs = !aligned && !on_grid && fixed != FixedRows::General && fixed != FixedRows::SafeLogSumExp &&
                      pair_rows_pay<T>(vpl, fixed == FixedRows::SafeLogSoftmax) &&
                      pair_shift(p.x) == pair_shift(p.y) && held >= p.len + (p.len % 2 == 1 ? 1 : pair_shift(p.x));
-  TORCH_CHECK(!(many_rows && many_rows_whole_warp<T>(vpl)) || p.lanes_log2 == 5,
-              "flash_attn_ext softmax: many rows of ", vpl, " vectors a lane are compiled for whole warps, not ",
-              1 << p.lanes_log2, " lanes");
-  launch_kernel(select_warp_kernel<T>(vpl, aligned, pairs, fixed, on_grid, fold, many_rows), grid, threads, 0, stream,
+  const int many_lanes = many_rows ? 1 << p.lanes_log2 : 0;
+  launch_kernel(select_warp_kernel<T>(vpl, aligned, pairs, fixed, on_grid, fold, many_lanes), grid, threads, 0, stream,
                 LaunchKind::Plain, p);
 }
 

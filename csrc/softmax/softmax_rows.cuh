@@ -93,8 +93,9 @@ template <typename T> constexpr bool raw_grid_rows(int vpl, GridRows grid, Fixed
 }
 constexpr int kRawGridRowsMinBlocks = 3;
 // kMany: the same code under many_scalar_rows_min_blocks' bound (many_scalar_rows_compiled; launched for many rows).
+// kLanes: the team's width fixed at compile time (16 or 32; many_rows_fixed_lanes), 0 where it is read from p.
 template <typename T, int kVpl, bool kAligned, FixedRows kFixed = FixedRows::General, bool kPairs = false,
-          GridRows kGrid = GridRows::Off, bool kMany = false>
+          GridRows kGrid = GridRows::Off, bool kMany = false, int kLanes = 0>
 __global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? 0
                                                    : raw_grid_rows<T>(kVpl, kGrid, kFixed) ? kRawGridRowsMinBlocks
                                                    : kGrid != GridRows::Off ? kShiftedLseMinBlocks
@@ -112,8 +113,9 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? 0
   // and 4).
   constexpr bool kOnGrid = !kAligned && kGrid != GridRows::Off;
   constexpr bool kFold = kOnGrid && kGrid == GridRows::Folded;
-  constexpr bool kWholeWarp = whole_warp_team<T>(kAligned, kOnGrid, kVpl) || (kMany && many_rows_whole_warp<T>(kVpl));
-  const int lanes_log2 = kWholeWarp ? 5 : p.lanes_log2;
+  constexpr bool kWholeWarp = whole_warp_team<T>(kAligned, kOnGrid, kVpl);
+  static_assert(kLanes == 0 || kLanes == 16 || kLanes == 32, "a compile-time team is 16 or 32 lanes");
+  const int lanes_log2 = kWholeWarp || kLanes == 32 ? 5 : kLanes == 16 ? 4 : p.lanes_log2;
   const int lanes = 1 << lanes_log2;
   const int li = threadIdx.x & (lanes - 1);
   const int team = threadIdx.x >> lanes_log2;

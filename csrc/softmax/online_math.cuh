@@ -23,6 +23,7 @@
 #include <type_traits>
 
 #include "common/fast_math.cuh"
+#include "common/log_sum.h"
 #include "common/named_barrier.cuh"
 #include "softmax/softmax_launch.h"
 
@@ -752,7 +753,12 @@ __device__ __forceinline__ void store_row_folded(T* row, int64_t len, int d, int
 // fp32 rows offset by 300 read 5-9e-7 against torch's 2.6e-8, by 3000 over the tests' 1e-6); x - m is exact for x
 // within a factor of 2 of m. 16-bit outputs keep 8 or 11 bits, far coarser than that rounding: one subtraction.
 // Acc: the accumulator, acc_t<T> but in the column kernel (fp32 columns accumulate in fp64).
-template <typename T, bool kFastRecip = false, typename Acc = acc_t<T>> struct Epilogue {
+// kSumLog (fp64): log d by log_sum (common/log_sum.h), a shorter serial chain than CUDA's log, within 1 ulp as it is;
+// the warp kernels take it for log_softmax rows on compile-time whole warps (softmax_rows.cuh's kLanes), where the
+// row's logarithm waits on the sum's shuffles with nothing beside it. H200, s106 call 2 (log_sum in every fp64 kernel),
+// us cold / streamed against CUDA's log: 65536x105 -0.9 / -1.0, x113 -1.2 / -0.7, x151 -1.5 / -0.5, x127 level /
+// +0.4; on 16 lanes (two rows a warp share the chain) 65536x97 +0.6 streamed (and in s104 call 8).
+template <typename T, bool kFastRecip = false, typename Acc = acc_t<T>, bool kSumLog = false> struct Epilogue {
   using A = Acc;
   static constexpr bool kSplitShift = sizeof(T) == sizeof(A);
   bool softmax;
@@ -768,8 +774,16 @@ template <typename T, bool kFastRecip = false, typename Acc = acc_t<T>> struct E
     } else {
       scale = softmax ? rescale(ref, s.m) / s.d : A(0);
     }
-    shift = softmax ? A(0) : kSplitShift ? s.m : s.m + log_of(s.d);
-    shift_lo = softmax || !kSplitShift ? A(0) : log_of(s.d);
+    static_assert(!kSumLog || std::is_same_v<A, double>, "log_sum is fp64");
+    const auto log_d = [](A d) {
+      if constexpr (kSumLog) {
+        return log_sum(d);
+      } else {
+        return log_of(d);
+      }
+    };
+    shift = softmax ? A(0) : kSplitShift ? s.m : s.m + log_d(s.d);
+    shift_lo = softmax || !kSplitShift ? A(0) : log_d(s.d);
   }
   __device__ __forceinline__ A log_out(A x) const { return kSplitShift ? (x - shift) - shift_lo : x - shift; }
   // x is the input element; for softmax the caller may pass the cached term via apply_term instead.

@@ -23,7 +23,8 @@ namespace softmax {
 // outputs in v. kFast: the sum's terms by the 16-bit fast exponential (ShiftedExp). Every thread's local max comes
 // first and exp(x - local max) stays in v, so softmax costs one exponential per element whichever reduction runs.
 // live: a lane's leading vectors that can hold elements (sum_rescaled); the others are neither summed nor normalized.
-template <typename T, int kVpl, bool kFast, bool kGuarded = false>
+// kSumLog: the epilogue's log d by log_sum (Epilogue says where it pays).
+template <typename T, int kVpl, bool kFast, bool kGuarded = false, bool kSumLog = false>
 __device__ __forceinline__ OnlineState<acc_t<T>> team_row(acc_t<T> (&v)[kVpl][RowsTraits<T>::kVec], int lanes,
                                                           SoftmaxOutput output, bool online, int live = kVpl) {
   using A = acc_t<T>;
@@ -39,7 +40,7 @@ __device__ __forceinline__ OnlineState<acc_t<T>> team_row(acc_t<T> (&v)[kVpl][Ro
     row_state = {ref, warp_allreduce(local_sum, SumOp{}, lanes)};
   }
   if (output != SoftmaxOutput::LogSumExp) {
-    const Epilogue<T, kFastExp<T>> epi(output, row_state, ref);
+    const Epilogue<T, kFastExp<T>, acc_t<T>, kSumLog> epi(output, row_state, ref);
 #pragma unroll
     for (int s = 0; s < kVpl; ++s) {
       if (s >= live) break;
@@ -216,7 +217,8 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? 0
     const int live = kSkipDead                                 ? live_vectors<kVpl>(static_cast<int>(p.len), lanes, kVec)
                      : reaches_tail(static_cast<int>(len), lanes) ? kVpl
                                                                   : kHead;
-    const OnlineState<A> row_state = team_row<T, kVpl, kFast, kGuarded>(v, lanes, output, online, live);
+    constexpr bool kSumLog = std::is_same_v<T, double> && kLanes == 32 && kVpl == 2 && kFixed == FixedRows::SafeLogSoftmax;
+    const OnlineState<A> row_state = team_row<T, kVpl, kFast, kGuarded, kSumLog>(v, lanes, output, online, live);
     if (output == SoftmaxOutput::LogSumExp) {
       if (valid && li == 0) p.y[row] = from_acc<T>(row_lse(row_state));
       continue;

@@ -1,9 +1,4 @@
 #pragma once
-// A probe, not built into the extension (session 104): wired in as csrc/softmax/online_math.cuh's log_of(double)
-// (branch s105-fp64-fast-log, with this file and log_table.h under csrc/common), it took fp64 log_softmax 65536x113
-// from 37.6-38.0 to 36.1-36.8 us cold, x151 50.3-50.4 -> 49.1-49.7, x199 61.7-61.8 -> 60.9, x127 0.5 us, streamed
-// level, and the 16-lane x97 0.6 us slower streamed (H200, s104 call 8): a third of what a float __logf in CUDA's
-// log's place gave (call 7). Not landed; benchmarks/NOTES.md, Next (session 104).
 // log(d) for a row's sum d of exp(x - max), fp64: d >= 1 (the max's own term is 1) unless the row is poisoned (NaN) or
 // infinite. Why not CUDA's log: after the sum's shuffles a row's logarithm is one serial chain per team, and nothing
 // else of the row can run beside it; fp64 log_softmax on whole warps ran 3-4 us slower with it than with a float __logf
@@ -11,13 +6,15 @@
 // (log_table.h), r = m * c_i - 1 (one FMA, r in [-2^-53, 2^-7): c_i may round low), log1p(r) by a degree-9 series
 // evaluated in Estrin's form (depth 4), and log(d) = e * log(2) - log(c_i) + log1p(r), whose first two terms (from the
 // table and the exponent, ready before r) add exactly (two-sum). d outside [1, 2^1024) takes CUDA's (host: std::) log.
-// Error: within 1 ulp over the 6 million draws of scripts/log_probe/log_sum_test.cpp (against long double logl; a
-// two-sum of the last addition left it there: r's and log1p(r)'s roundings are the rest), as CUDA documents its log.
+// Error: within 1 ulp over the 6 million draws of tests/test_log_sum.py (against long double logl; a two-sum of the
+// last addition left it there: r's and log1p(r)'s roundings are the rest), as CUDA documents its log.
+// Used where it paid: fp64 log_softmax rows on compile-time whole warps (softmax_rows.cuh's kLanes; the kernels'
+// Epilogue, online_math.cuh, says by how much).
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 
-#include "log_table.h"
+#include "common/log_table.h"
 
 #if defined(__CUDACC__)
 #define FAE_LOG_SUM_FN __host__ __device__ __forceinline__

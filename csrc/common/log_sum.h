@@ -8,8 +8,8 @@
 // table and the exponent, ready before r) add exactly (two-sum). d outside [1, 2^1024) takes CUDA's (host: std::) log.
 // Error: within 1 ulp over the 6 million draws of tests/test_log_sum.py (against long double logl; a two-sum of the
 // last addition left it there: r's and log1p(r)'s roundings are the rest), as CUDA documents its log.
-// Used where it paid: fp64 log_softmax rows on compile-time whole warps (softmax_rows.cuh's kLanes; the kernels'
-// Epilogue, online_math.cuh, says by how much).
+// Used where it paid: fp64 log_softmax rows on compile-time whole warps of 2 vectors a lane (softmax_rows.cuh; the
+// kernels' Epilogue, online_math.cuh, says by how much).
 #include <cmath>
 #include <cstdint>
 #include <cstring>

@@ -23,7 +23,7 @@ namespace softmax {
 // outputs in v. kFast: the sum's terms by the 16-bit fast exponential (ShiftedExp). Every thread's local max comes
 // first and exp(x - local max) stays in v, so softmax costs one exponential per element whichever reduction runs.
 // live: a lane's leading vectors that can hold elements (sum_rescaled); the others are neither summed nor normalized.
-// kSumLog: the epilogue's log d by log_sum (Epilogue says where it pays).
+// kSumLog: the epilogue's log d by log_sum (fp64; Epilogue says where it pays).
 template <typename T, int kVpl, bool kFast, bool kGuarded = false, bool kSumLog = false>
 __device__ __forceinline__ OnlineState<acc_t<T>> team_row(acc_t<T> (&v)[kVpl][RowsTraits<T>::kVec], int lanes,
                                                           SoftmaxOutput output, bool online, int live = kVpl) {
@@ -217,7 +217,8 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? 0
     const int live = kSkipDead                                 ? live_vectors<kVpl>(static_cast<int>(p.len), lanes, kVec)
                      : reaches_tail(static_cast<int>(len), lanes) ? kVpl
                                                                   : kHead;
-    constexpr bool kSumLog = std::is_same_v<T, double> && kLanes == 32 && kVpl == 2 && kFixed == FixedRows::SafeLogSoftmax;
+    constexpr bool kSumLog =  // Epilogue says where log_sum paid
+        std::is_same_v<T, double> && kLanes == 32 && kVpl == 2 && kFixed == FixedRows::SafeLogSoftmax;
     const OnlineState<A> row_state = team_row<T, kVpl, kFast, kGuarded, kSumLog>(v, lanes, output, online, live);
     if (output == SoftmaxOutput::LogSumExp) {
       if (valid && li == 0) p.y[row] = from_acc<T>(row_lse(row_state));

@@ -1,13 +1,7 @@
 """csrc/common/fast_divmod.h on the host: the multiply-high division that the Hopper attention kernel decodes its
 work items and packed rows with (a wrong quotient there reads another head's rows). The header is plain C++, so
 it compiles alone; the GPU tests cover the device side through the kernel."""
-import shutil
-import subprocess
-from pathlib import Path
-
-import pytest
-
-CSRC = Path(__file__).resolve().parents[1] / "csrc"
+from host_program import run_host_program
 
 # Every n < 2^31 and 1 <= d < 2^31 is in the header's contract; checked here: all n < 20000 for d < 3000, the
 # edges (0, d - 1, d, d + 1, 2^30, 2^31 - 1) around every power of two, and 3e6 pseudo-random pairs.
@@ -53,13 +47,6 @@ int main() {
 
 
 def test_fast_divmod_matches_division(tmp_path):
-    cxx = shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
-    if cxx is None:
-        pytest.skip("no C++ compiler on PATH")
-    src = tmp_path / "fast_divmod_check.cpp"
-    exe = tmp_path / "fast_divmod_check"
-    src.write_text(PROGRAM)
-    subprocess.run([cxx, "-O2", "-std=c++17", f"-I{CSRC}", str(src), "-o", str(exe)], check=True)
-    run = subprocess.run([str(exe)], capture_output=True, text=True)
+    run = run_host_program(tmp_path, "fast_divmod_check", PROGRAM)
     assert run.returncode == 0, run.stdout
     assert " 0 wrong" in run.stdout and not run.stdout.startswith("0 checks"), run.stdout

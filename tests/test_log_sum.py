@@ -1,16 +1,13 @@
-"""csrc/common/log_sum.h on the host: the fp64 logarithm that fp64 log_softmax rows on whole warps take for their
-row's sum (Epilogue's kSumLog, csrc/softmax/online_math.cuh). The header is plain C++ (fma, a table of 128 entries),
-so it compiles alone; its error in units in the last place against long double logl (x86: a 64-bit significand)
-over sums in [1, 2^31) drawn several ways, the table's cell edges, and its special values. The device runs the same
-code (hardware fma, the same results); the GPU tests cover it there through log_softmax against fp64."""
+"""csrc/common/log_sum.h on the host: the fp64 logarithm that fp64 log_softmax rows on whole warps of 2 vectors a
+lane take for their row's sum (Epilogue's kSumLog, csrc/softmax/online_math.cuh). The header is plain C++ (fma, a
+table of 128 entries), so it compiles alone; its error in units in the last place against long double logl (x86: a
+64-bit significand) over sums in [1, 2^31) drawn several ways, the table's cell edges, and its special values. The
+device runs the same code (hardware fma, the same results); the GPU tests cover it there through log_softmax against
+fp64."""
 import platform
-import shutil
-import subprocess
-from pathlib import Path
 
 import pytest
-
-CSRC = Path(__file__).resolve().parents[1] / "csrc"
+from host_program import run_host_program
 
 # -ffp-contract=off: the host compiles the expressions as written. nvcc contracts products into fmas on the device, which
 # changes nothing here: the one product outside the explicit fmas, e * kLn2Hi, is exact.
@@ -76,13 +73,6 @@ int main() {
 @pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"),
                     reason="the reference is long double logl, 64-bit significand on x86 only")
 def test_log_sum_within_one_ulp(tmp_path):
-    cxx = shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
-    if cxx is None:
-        pytest.skip("no C++ compiler on PATH")
-    src = tmp_path / "log_sum_check.cpp"
-    exe = tmp_path / "log_sum_check"
-    src.write_text(PROGRAM)
-    subprocess.run([cxx, "-O2", "-std=c++17", "-ffp-contract=off", f"-I{CSRC}", str(src), "-o", str(exe)], check=True)
-    run = subprocess.run([str(exe)], capture_output=True, text=True)
+    run = run_host_program(tmp_path, "log_sum_check", PROGRAM, flags=("-ffp-contract=off",))
     assert run.returncode == 0, run.stdout
     assert "special values ok" in run.stdout, run.stdout

@@ -9,8 +9,8 @@ import platform
 import pytest
 from host_program import run_host_program
 
-# -ffp-contract=off: the host compiles the expressions as written. nvcc contracts products into fmas on the device, which
-# changes nothing here: the one product outside the explicit fmas, e * kLn2Hi, is exact.
+# -ffp-contract=off: the host compiles the expressions as written. nvcc contracts products into fmas on the device,
+# which changes nothing here: the one product outside the explicit fmas, e * kLn2Hi, is exact.
 PROGRAM = r"""
 #include <cmath>
 #include <cstdint>

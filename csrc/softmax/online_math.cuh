@@ -757,10 +757,10 @@ __device__ __forceinline__ void store_row_folded(T* row, int64_t len, int d, int
 // the warp kernels take it for log_softmax rows on compile-time whole warps of 2 vectors a lane (softmax_rows.cuh),
 // where the row's logarithm waits on the sum's shuffles with nothing beside it. H200, s107 call 1, us cold / streamed,
 // CUDA's log -> log_sum (torch): 65536x105 34.5-34.7 / 31.8 -> 32.5-33.0 / 30.7-30.8 (30.9-31.9 / 29.1-29.3), x113
-// 34.2-34.4 / 32.0-32.2 -> 32.8-33.0 / 31.2-31.4 (31.5-32.0 / 31.8-31.9), x127 35.6-36.2 / 34.4 -> 34.3-35.6 / 34.9-35.0
-// (34.3-34.6 / 35.4-35.6), 32768x127 20.5-20.8 / 18.2-18.3 -> 19.2-20.4 / 18.6-18.7. At 4 vectors a lane ptxas
-// spilled 12 bytes with it and it lost (65536x151 45.4-45.9 / 42.8-42.9 -> 46.5-46.8 / 44.5-44.6); on 16 lanes (two
-// rows a warp share the chain) 65536x97 lost 0.6 us streamed (s104 call 8, s106 call 2).
+// 34.2-34.4 / 32.0-32.2 -> 32.8-33.0 / 31.2-31.4 (31.5-32.0 / 31.8-31.9), x127 35.6-36.2 / 34.4 -> 34.3-35.6 /
+// 34.9-35.0 (34.3-34.6 / 35.4-35.6), 32768x127 20.5-20.8 / 18.2-18.3 -> 19.2-20.4 / 18.6-18.7. At 4 vectors a lane
+// ptxas spilled 12 bytes with it and it lost (65536x151 45.4-45.9 / 42.8-42.9 -> 46.5-46.8 / 44.5-44.6); on 16 lanes
+// (two rows a warp share the chain) 65536x97 lost 0.6 us streamed (s104 call 8, s106 call 2).
 template <typename T, bool kFastRecip = false, typename Acc = acc_t<T>, bool kSumLog = false> struct Epilogue {
   using A = Acc;
   static constexpr bool kSplitShift = sizeof(T) == sizeof(A);

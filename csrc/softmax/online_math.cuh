@@ -22,6 +22,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "common/exp_sum.h"
 #include "common/fast_math.cuh"
 #include "common/log_sum.h"
 #include "common/named_barrier.cuh"
@@ -112,12 +113,16 @@ template <typename T> constexpr bool kFastExp = sizeof(T) == 2;
 // column kernels keep expf throughout.
 template <typename T, typename A> constexpr bool kFastFloatExp = std::is_same_v<T, float> && std::is_same_v<A, float>;
 
-template <typename A, bool kFast> struct ShiftedExp {
+// kSumExp (fp64): exp_sum_term (common/exp_sum.h), for terms that only enter a sum against the row max (x <= m).
+template <typename A, bool kFast, bool kSumExp = false> struct ShiftedExp {
+  static_assert(!kSumExp || std::is_same_v<A, double>, "exp_sum_term is fp64");
   A m;
   __device__ __forceinline__ explicit ShiftedExp(A max) : m(isinf(max) ? A(0) : max) {}
   __device__ __forceinline__ A operator()(A x) const {
     if constexpr (kFast) {
       return fast_exp2((x - m) * kLog2e);
+    } else if constexpr (kSumExp) {
+      return exp_sum_term(x - m);
     } else {
       return exp_of(x - m);
     }
@@ -165,10 +170,11 @@ struct FusedExp2 {
 // (ptxas spilled the 32-value element-wise warp rows and fp64 block rows). `live` (here, in store_group and in
 // store_group_shifted): the leading vectors that can hold elements, a count uniform over the block (live_vectors);
 // the others are skipped: neither summed (nor kept) nor stored. The default, kN, folds away at compile time.
-template <bool kFast, bool kGuarded = false, typename A, int kN, int kM>
+// kSumExp: the terms by exp_sum_term (ShiftedExp), where keep is false and ref the row max.
+template <bool kFast, bool kGuarded = false, bool kSumExp = false, typename A, int kN, int kM>
 __device__ __forceinline__ A sum_rescaled(A (&v)[kN][kM], A ref, bool keep, int live = kN) {
   static_assert(!(kFast && kGuarded), "the fast exponential has no guard");
-  const ShiftedExp<A, kFast> e(ref);
+  const ShiftedExp<A, kFast, kSumExp> e(ref);
   A sum = A(0);
 #pragma unroll
   for (int i = 0; i < kN; ++i) {

@@ -23,8 +23,9 @@ namespace softmax {
 // outputs in v. kFast: the sum's terms by the 16-bit fast exponential (ShiftedExp). Every thread's local max comes
 // first and exp(x - local max) stays in v, so softmax costs one exponential per element whichever reduction runs.
 // live: a lane's leading vectors that can hold elements (sum_rescaled); the others are neither summed nor normalized.
-// kSumLog: the epilogue's log d by log_sum (fp64; Epilogue says where it pays).
-template <typename T, int kVpl, bool kFast, bool kGuarded = false, bool kSumLog = false>
+// kSumLog: the epilogue's log d by log_sum (fp64; Epilogue says where it pays). kSumExp: the sum's terms by exp_sum_term
+// (fp64 log_softmax under the max-then-sum reduction: the terms only enter the sum, against the row max).
+template <typename T, int kVpl, bool kFast, bool kGuarded = false, bool kSumLog = false, bool kSumExp = false>
 __device__ __forceinline__ OnlineState<acc_t<T>> team_row(acc_t<T> (&v)[kVpl][RowsTraits<T>::kVec], int lanes,
                                                           SoftmaxOutput output, bool online, int live = kVpl) {
   using A = acc_t<T>;
@@ -32,7 +33,8 @@ __device__ __forceinline__ OnlineState<acc_t<T>> team_row(acc_t<T> (&v)[kVpl][Ro
   const A local_max = max_of(v);
   // The terms are taken against the lane's own max (online) or the row max (safe).
   const A ref = online ? local_max : warp_allreduce(local_max, MaxOp{}, lanes);
-  const A local_sum = sum_rescaled<kFast, kGuarded>(v, ref, output == SoftmaxOutput::Softmax, live);
+  static_assert(!kSumExp || !kGuarded, "exp_sum_term has no guard");
+  const A local_sum = sum_rescaled<kFast, kGuarded, kSumExp>(v, ref, output == SoftmaxOutput::Softmax, live);
   OnlineState<A> row_state;
   if (online) {
     row_state = warp_allreduce(OnlineState<A>{ref, local_sum}, MergeOp{}, lanes);
@@ -219,7 +221,9 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? 0
                                                                   : kHead;
     constexpr bool kSumLog =  // Epilogue says where log_sum paid
         std::is_same_v<T, double> && kLanes == 32 && kVpl == 2 && kFixed == FixedRows::SafeLogSoftmax;
-    const OnlineState<A> row_state = team_row<T, kVpl, kFast, kGuarded, kSumLog>(v, lanes, output, online, live);
+    constexpr bool kSumExp = std::is_same_v<T, double> && kFixed == FixedRows::SafeLogSoftmax;
+    const OnlineState<A> row_state =
+        team_row<T, kVpl, kFast, kGuarded, kSumLog, kSumExp>(v, lanes, output, online, live);
     if (output == SoftmaxOutput::LogSumExp) {
       if (valid && li == 0) p.y[row] = from_acc<T>(row_lse(row_state));
       continue;

@@ -900,9 +900,10 @@ def test_fp64_wide_warp_rows_cuda():
     # fp64 rows of 257-512 elements on one warp each, 8 vectors (16 doubles) a lane (kDoubleWarpMaxVpl) where rows give
     # every SM kWideWarpMinRowsPerSm, every output and algorithm, element by element on the general instantiation,
     # aligned or not (since session 102; aligned ones had fixed instantiations of their own), as are unaligned softmax
-    # and log_softmax rows of 242-256 elements (logsumexp's stay on 4 vectors; since session 101 auto's rows of 129-161
-    # do too, at 128 threads, since session 108 those of 129-241, and its rows of 65-89 take 16 lanes of 4 vectors, since session 103 those of 65-97 on a
-    # grid capped at 12 blocks an SM since session 104: kDoubleHalfTeamBlocksPerSm; log_softmax's 65-101 uncapped). 320
+    # and log_softmax rows of 162-256 elements (logsumexp's stay on 4 vectors; since session 101 auto's rows of 129-161
+    # do too, at 128 threads, since session 108 those of 162-241 from 96 rows an SM, and its rows of 65-89 take 16
+    # lanes of 4 vectors, since session 103 those of 65-97 on a grid capped at 12 blocks an SM since session 104:
+    # kDoubleHalfTeamBlocksPerSm; log_softmax's 65-101 uncapped). 320
     # is the last length whose rows end in a lane's first 5 vectors (the rest skipped), 321 the first past it; 511, 257,
     # 255 and 129 odd, 501, 400 and 199 at +1 off the grid; 161 and 131 leave a lane's last vector dead in every lane
     # (skipped: live_vectors; online, at 8 vectors: 5), 67 (auto: 16 x 4) one too, and 67 online (32 lanes x 2 vectors)
@@ -929,7 +930,7 @@ def test_fp64_wide_warp_rows_cuda():
                 ((rows, 255), "float64", ("warp,lanes=32,vpt=8", "warp,lanes=32,vpt=4")),
                 ((rows - 1, 255), "float64", ("warp,lanes=32,vpt=4",) * 2),
                 ((rows, 129), "float64", ("warp,lanes=32,vpt=4,threads=128", "warp,lanes=32,vpt=4")),
-                ((rows, 171), "float64", ("warp,lanes=32,vpt=4,threads=128", "warp,lanes=32,vpt=4")),
+                ((rows, 171), "float64", ("warp,lanes=32,vpt=8", "warp,lanes=32,vpt=4")),
                 ((rows, 243), "float64", ("warp,lanes=32,vpt=8", "warp,lanes=32,vpt=4")),
                 ((rows, 67), "float64", ("warp,lanes=16,vpt=4,.*,bpsm=12", "warp,lanes=16,vpt=4,.*,bpsm=0")),
                 ((rows, 97), "float64", ("warp,lanes=16,vpt=4,.*,bpsm=12", "warp,lanes=16,vpt=4,.*,bpsm=0")),
@@ -982,15 +983,20 @@ def test_fp64_capped_half_team_rows_cuda():
 @requires_cuda
 def test_fp64_many_wide_rows_cuda():
     # Unaligned fp64 softmax and log_softmax rows on whole warps of 2 vectors a lane (softmax 98-128 elements,
-    # log_softmax 102-128) and of 4 at 128 threads (129-241 since session 108; 161 before), many of them (from kManyFp64WideScalarRowsMinBlocksPerSm
-    # blocks of 256 threads an SM: the many-rows instantiation where many_scalar_rows says so), against fp64 after
-    # poisoning, the row max at either edge; and the plans "auto" takes at the ends of each range.
+    # log_softmax 102-128) and of 4 at 128 threads (129-161; since session 108 162-241 from
+    # kDoubleFourVectorLongMinRowsPerSm, 96 rows an SM), many of them (from kManyFp64WideScalarRowsMinBlocksPerSm blocks
+    # of 256 threads an SM: the many-rows instantiation where many_scalar_rows says so), against fp64 after poisoning,
+    # the row max at either edge; and the plans "auto" takes at the ends of each range, and beside them.
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     rows = 6 * sms * 8 + 13
-    _check_fp64_rows(rows, (99, 103, 105, 127, 129, 143, 161, 163, 199, 241, 243))
+    _check_fp64_rows(rows, (99, 103, 105, 127, 129, 143, 161))
     two, four, eight = "warp,lanes=32,vpt=2", "warp,lanes=32,vpt=4,threads=128", "warp,lanes=32,vpt=8"
-    _assert_fp64_row_plans(rows, {"softmax": {99: two, 127: two, 129: four, 161: four, 241: four, 243: eight},
-                                  "log_softmax": {103: two, 127: two, 129: four, 199: four, 241: four, 243: eight}})
+    _assert_fp64_row_plans(rows, {"softmax": {99: two, 127: two, 129: four, 161: four, 163: eight},
+                                  "log_softmax": {103: two, 127: two, 129: four, 161: four, 199: eight}})
+    long_rows = 96 * sms + 13
+    _check_fp64_rows(long_rows, (163, 199, 241, 243))
+    _assert_fp64_row_plans(long_rows, {"softmax": {163: four, 241: four, 243: eight},
+                                       "log_softmax": {163: four, 199: four, 241: four, 243: eight}})
 
 
 @pytest.mark.cuda

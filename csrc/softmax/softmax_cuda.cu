@@ -544,17 +544,23 @@ constexpr int64_t kHalfTeamFp32MinVecs = 33;
 // 19.1 (20.9 / 19.8); log_softmax 65536x64 22.3 / 20.7 -> 19.6 / 19.0 (23.6 / 20.5).
 constexpr int64_t kHalfTeamFp64MinVecs = 17;
 // Unaligned fp64 softmax and log_softmax rows that keep 4 vectors a lane, and that take 16 lanes of 4 (heuristic_plan's
-// warp step says why). 161 until session 108: the many-rows instantiation with the team's width fixed at compile time
-// (softmax_launch.h, f6906b7) made 32 lanes of 4 at 128 threads beat whole warps of 8 up to 241 elements. H200, s108
-// calls 1-2, forced, us cold / streamed, two rounds, 8 vectors (auto then) -> 32 x 4 at 128 threads (torch, s107 call
-// 4): log_softmax 65536x163 54.3-54.4 / 53.1-53.5 -> 45.0 / 43.8, x171 54.7-54.9 / 54.1 -> 45.8-45.9 / 45.1 (47.0-48.2
-// / 46.8-47.1), x199 61.9-62.1 / 60.4 -> 53.8-53.9 / 53.5-53.6 (52.6-53.1 / 53.0), x211 62.6-62.9 / 61.8-62.0 ->
-// 57.5-57.8 / 57.8-57.9, x241 66.3 / 65.8-65.9 -> 64.2 / 65.4-65.6, 16384x199 19.2-19.3 / 17.5 -> 17.7-17.9 / 16.1;
-// softmax 65536x171 52.3-52.4 / 51.6-51.9 -> 45.5-45.6 / 45.1-45.3 (50.1-51.1 / 48.2-48.8), x199 58.7-58.8 / 57.6-57.7
-// -> 52.5-52.7 / 52.9-53.0 (54.1-55.0 / 54.1-54.3), x241 64.3-64.4 / 63.9 -> 62.5-62.9 / 64.2; but at 255 level cold
-// and behind streamed (log_softmax 65536x255 68.4 / 68.0 -> 67.7-68.1 / 68.5-68.6, 8192x255 13.9 / 10.8 -> 14.4-14.6
-// / 11.9).
-constexpr int64_t kDoubleFourVectorMaxLen = 241;
+// warp step says why).
+constexpr int64_t kDoubleFourVectorMaxLen = 161;
+// Since session 108 rows of up to kDoubleFourVectorLongMaxLen do too where each SM has
+// kDoubleFourVectorLongMinRowsPerSm rows: the many-rows instantiation with the team's width fixed at compile time
+// (softmax_launch.h, f6906b7) made 32 lanes of 4 at 128 threads beat whole warps of 8 there. H200, s108 calls 1-3, us
+// cold / streamed, 8 vectors (auto then) -> 32 x 4 at 128 threads (torch): log_softmax 65536x163 54.3-54.4 / 53.1-53.5
+// -> 45.0 / 43.8, x171 54.6-54.9 / 53.7-54.1 -> 45.8-46.0 / 45.1 (46.6-48.2 / 46.8-47.1), x199 61.9-62.2 / 60.4-60.5 ->
+// 53.8-54.3 / 53.5-53.6 (52.4-53.1 / 53.0-53.3), x211 62.6-62.9 / 61.8-62.0 -> 57.5-57.8 / 57.8-57.9, x241 66.3-66.4 /
+// 65.6-65.9 -> 64.2-64.6 / 65.4-65.6 (62.3-62.7 / 63.7-64.1), 16384x199 19.2-19.3 / 17.5 -> 17.7-17.9 / 16.1; softmax
+// 65536x171 52.3-52.4 / 51.6-51.9 -> 45.5-45.6 / 45.1-45.3 (50.1-51.1 / 48.2-48.8), x199 58.6-59.0 / 57.6-57.7 ->
+// 52.5-52.8 / 52.8-53.1 (53.7-55.3 / 54.1-54.4), 16384x199 18.2-18.3 / 16.5 -> 16.6 / 15.1. Not at 255 (level cold,
+// behind streamed: log_softmax 65536x255 68.4 / 68.0 -> 67.7-68.1 / 68.5-68.6), nor with fewer rows: 8192x241 13.7-13.9
+// / 10.6-10.8 -> 14.2-14.6 / 11.7-11.9, and at 32 rows an SM, where the general instantiation runs them, softmax
+// 4224x199 8.8-9.0 / 5.5 -> 9.3-9.4 / 6.7-6.8, 4224x241 9.1-9.2 / 5.9-6.0 -> 9.8 / 7.9, log_softmax 4224x199 9.9-10.1 /
+// 5.9 -> 10.3-10.5 / 6.3.
+constexpr int64_t kDoubleFourVectorLongMaxLen = 241;
+constexpr int64_t kDoubleFourVectorLongMinRowsPerSm = 96;
 constexpr int64_t kDoubleHalfTeamMaxLen = 97;
 // Softmax's 16-lane rows run on a grid of at most this many blocks an SM, each block's warps taking row after row: on
 // uncapped blocks (16 rows each, 4096 of them at 65536 rows) they trailed torch. Session 103's kernel's 54-59 registers
@@ -811,12 +817,14 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
     // log_softmax 65536x67 40.7 -> 29.8 (30.5), x89 41.2 -> 35.6 (31.2), but x93 level cold and 35.5 -> 37.8 streamed;
     // since session 103 on a capped grid (kDoubleHalfTeamBlocksPerSm), which also wins at 90-97 elements; since
     // session 104 log_softmax's run uncapped, to 101 elements (kDoubleHalfTeamLogMaxLen). Since session 108 the
-    // 4-vector rows reach 241 elements (kDoubleFourVectorMaxLen says why): the many-rows kernel turned s101's losses at
-    // 171-181 into gains.
+    // 4-vector rows reach 241 elements where rows are many (kDoubleFourVectorLongMaxLen says why): the many-rows kernel
+    // turned s101's losses at 171-181 into gains.
     // The online reduction (the general kernels) keeps the old plans: not timed.
     if (std::is_same_v<T, double> && scalar_rows && rows_for_wide_warps && plan.lanes == 32) {
       const bool fixed = p.algorithm != SoftmaxAlgorithm::Online;
-      if (plan.vpt == 4 && fixed && s.len <= kDoubleFourVectorMaxLen) {
+      const bool many_long_rows =
+          s.len <= kDoubleFourVectorLongMaxLen && s.rows >= kDoubleFourVectorLongMinRowsPerSm * s.sms;
+      if (plan.vpt == 4 && fixed && (s.len <= kDoubleFourVectorMaxLen || many_long_rows)) {
         plan.threads = kWarpRowsSmallThreads;
       } else if (plan.vpt == 4) {
         plan.vpt = kDoubleWarpMaxVpl;

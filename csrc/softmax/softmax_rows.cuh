@@ -23,8 +23,8 @@ namespace softmax {
 // outputs in v. kFast: the sum's terms by the 16-bit fast exponential (ShiftedExp). Every thread's local max comes
 // first and exp(x - local max) stays in v, so softmax costs one exponential per element whichever reduction runs.
 // live: a lane's leading vectors that can hold elements (sum_rescaled); the others are neither summed nor normalized.
-// kSumLog: the epilogue's log d by log_sum (fp64; Epilogue says where it pays). kSumExp: the sum's terms by exp_sum_term
-// (fp64 log_softmax under the max-then-sum reduction: the terms only enter the sum, against the row max).
+// kSumLog: the epilogue's log d by log_sum (fp64; Epilogue says where it pays). kSumExp: the sum's terms by
+// exp_sum_term (fp64 log_softmax under the max-then-sum reduction: the terms only enter the sum, against the row max).
 template <typename T, int kVpl, bool kFast, bool kGuarded = false, bool kSumLog = false, bool kSumExp = false>
 __device__ __forceinline__ OnlineState<acc_t<T>> team_row(acc_t<T> (&v)[kVpl][RowsTraits<T>::kVec], int lanes,
                                                           SoftmaxOutput output, bool online, int live = kVpl) {
@@ -221,7 +221,17 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? 0
                                                                   : kHead;
     constexpr bool kSumLog =  // Epilogue says where log_sum paid
         std::is_same_v<T, double> && kLanes == 32 && kVpl == 2 && kFixed == FixedRows::SafeLogSoftmax;
-    constexpr bool kSumExp = std::is_same_v<T, double> && kFixed == FixedRows::SafeLogSoftmax;
+    // exp_sum_term for fp64 log_softmax on the many-rows kernels of 2 vectors a lane (whole warps) and of 16 lanes.
+    // H200, s108 call 3, us cold / streamed, CUDA's exp -> exp_sum_term (torch): 65536x97 (16 lanes) 31.7-31.9 /
+    // 31.4-31.5 -> 29.9-30.4 / 31.1 (30.5-31.9 / 28.2-28.5), x105 32.5-32.8 / 30.7-30.8 -> 31.1 / 29.6 (30.4-31.3 /
+    // 29.6-29.7), x113 34.0-34.5 / 31.3-31.4 -> 31.4-32.8 / 30.8-31.0 (32.0-32.3 / 31.8), x127 level. Not on 32 lanes
+    // of 4 vectors: 65536x151 gained (44.8-45.1 / 42.9 -> 43.3-43.6 / 41.7) but x171 lost (46.0 / 45.1 -> 47.2-47.5 /
+    // 47.9-48.0), x199 (54.0-54.3 / 53.5-53.6 -> 56.6 / 57.3-57.5) and x241 most (64.4-64.6 / 65.4-65.6 -> 73.6-73.9 /
+    // 75.8-75.9): there ptxas put the max's first steps between the row's loads, so the loads past them (elements 161
+    // and on) waited a memory round trip (SASS; ncu, s108 call 4, x241: L1TEX scoreboard 7.8 of 16.3 cycles between
+    // issues, DRAM 63 % against 70 %). Taking the max from the last value first only made ptxas reorder the loads.
+    constexpr bool kSumExp = std::is_same_v<T, double> && kFixed == FixedRows::SafeLogSoftmax &&
+                             (kLanes == 16 || (kLanes == 32 && kVpl == 2));
     const OnlineState<A> row_state =
         team_row<T, kVpl, kFast, kGuarded, kSumLog, kSumExp>(v, lanes, output, online, live);
     if (output == SoftmaxOutput::LogSumExp) {

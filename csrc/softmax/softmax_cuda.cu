@@ -554,12 +554,15 @@ constexpr int64_t kDoubleFourVectorMaxLen = 161;
 // 53.8-54.3 / 53.5-53.6 (52.4-53.1 / 53.0-53.3), x211 62.6-62.9 / 61.8-62.0 -> 57.5-57.8 / 57.8-57.9, x241 66.3-66.4 /
 // 65.6-65.9 -> 64.2-64.6 / 65.4-65.6 (62.3-62.7 / 63.7-64.1), 16384x199 19.2-19.3 / 17.5 -> 17.7-17.9 / 16.1; softmax
 // 65536x171 52.3-52.4 / 51.6-51.9 -> 45.5-45.6 / 45.1-45.3 (50.1-51.1 / 48.2-48.8), x199 58.6-59.0 / 57.6-57.7 ->
-// 52.5-52.8 / 52.8-53.1 (53.7-55.3 / 54.1-54.4), 16384x199 18.2-18.3 / 16.5 -> 16.6 / 15.1. Not at 255 (level cold,
-// behind streamed: log_softmax 65536x255 68.4 / 68.0 -> 67.7-68.1 / 68.5-68.6), nor with fewer rows: 8192x241 13.7-13.9
-// / 10.6-10.8 -> 14.2-14.6 / 11.7-11.9, and at 32 rows an SM, where the general instantiation runs them, softmax
-// 4224x199 8.8-9.0 / 5.5 -> 9.3-9.4 / 6.7-6.8, 4224x241 9.1-9.2 / 5.9-6.0 -> 9.8 / 7.9, log_softmax 4224x199 9.9-10.1 /
-// 5.9 -> 10.3-10.5 / 6.3.
-constexpr int64_t kDoubleFourVectorLongMaxLen = 241;
+// 52.5-52.8 / 52.8-53.1 (53.7-55.3 / 54.1-54.4), 16384x199 18.2-18.3 / 16.5 -> 16.6 / 15.1; s108 call 5, 12672x199
+// (96 rows an SM) log_softmax 16.0-16.6 / 14.0 -> 15.0-15.1 / 13.2, softmax 16.1-16.4 / 13.3 -> 14.5-14.7 / 12.1. Not
+// at 241 with fewer rows (12672x241 16.4-16.8 / 15.0 -> 16.9-17.0 / 15.8-16.0, 8192x241 13.7-13.9 / 10.6-10.8 ->
+// 14.2-14.6 / 11.7-11.9), so the rows stop at 225 (65536x225 64.5 / 63.3-63.4 -> 60.6-60.8 / 60.8-61.0), nor at 255
+// (log_softmax 65536x255 68.4 / 68.0 -> 67.7-68.1 / 68.5-68.6), nor at 32 rows an SM, where the general instantiation
+// runs them (softmax 4224x199 8.8-9.0 / 5.5 -> 9.3-9.4 / 6.7-6.8, 4224x241 9.1-9.2 / 5.9-6.0 -> 9.8 / 7.9, log_softmax
+// 4224x199 9.9-10.1 / 5.9 -> 10.3-10.5 / 6.3). Between (8192x199: log_softmax 13.1-13.4 / 9.9 -> 13.2-13.3 / 9.6,
+// softmax 12.6-12.9 / 9.3 -> 11.6-11.7 / 8.5-8.6) the 8-vector plan stays: not timed further.
+constexpr int64_t kDoubleFourVectorLongMaxLen = 225;
 constexpr int64_t kDoubleFourVectorLongMinRowsPerSm = 96;
 constexpr int64_t kDoubleHalfTeamMaxLen = 97;
 // Softmax's 16-lane rows run on a grid of at most this many blocks an SM, each block's warps taking row after row: on
@@ -817,7 +820,7 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
     // log_softmax 65536x67 40.7 -> 29.8 (30.5), x89 41.2 -> 35.6 (31.2), but x93 level cold and 35.5 -> 37.8 streamed;
     // since session 103 on a capped grid (kDoubleHalfTeamBlocksPerSm), which also wins at 90-97 elements; since
     // session 104 log_softmax's run uncapped, to 101 elements (kDoubleHalfTeamLogMaxLen). Since session 108 the
-    // 4-vector rows reach 241 elements where rows are many (kDoubleFourVectorLongMaxLen says why): the many-rows kernel
+    // 4-vector rows reach 225 elements where rows are many (kDoubleFourVectorLongMaxLen says why): the many-rows kernel
     // turned s101's losses at 171-181 into gains.
     // The online reduction (the general kernels) keeps the old plans: not timed.
     if (std::is_same_v<T, double> && scalar_rows && rows_for_wide_warps && plan.lanes == 32) {

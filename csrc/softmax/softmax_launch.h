@@ -170,7 +170,7 @@ constexpr int kManyFp32ScalarRowsMinLanes = 16;
 // softmax 16384x67 11.3-11.5 -> 10.4-11.1 us cold; call 5: log_softmax 16384x75 level). Numbers: softmax_cuda.cu, at
 // kDoubleHalfTeamBlocksPerSm and kDoubleHalfTeamLogMaxLen.
 // So do whole-warp fp64 rows of 2 vectors a lane (98-128 elements; 37-38 registers against 42-47) and of 4 (129-161,
-// since session 108 to 241 where rows are many: kDoubleFourVectorLongMaxLen; launched at 128 threads; 40 against
+// since session 108 to 225 where rows are many: kDoubleFourVectorLongMaxLen; launched at 128 threads; 40 against
 // 54-59) from kManyFp64WideScalarRowsMinBlocksPerSm blocks of 256 threads an SM, uncapped. H200, s104 call 2, us cold / streamed, two rounds, main -> bound (2 vectors: build 19b5e12, 4: alt; torch):
 // softmax 65536x99 35.0-35.3 / 34.0-34.2 -> 33.1-33.8 / 32.0-32.3 (32.2-33.5 / 30.3-30.5), x105 35.1-35.2 / 34.7 ->
 // 33.8-33.9 / 32.8 (32.2-33.1 / 31.5), x113 37.0-37.1 / 35.6-35.7 -> 34.1-35.9 / 33.9 (33.2-33.7 / 32.5-32.6), x127

@@ -19,30 +19,18 @@ PROGRAM = r"""
 #include <random>
 
 #include "common/log_sum.h"
+#include "host_ulp.h"
 
 namespace {
 
-double ulp_error(double d) {
-  const long double ref = logl(static_cast<long double>(d));
-  const double got = flash_attn_ext::log_sum(d);
-  const double ulp = std::nextafter(static_cast<double>(ref), INFINITY) - static_cast<double>(ref);
-  return ref == 0 ? std::fabs(got) : static_cast<double>(std::fabs(static_cast<long double>(got) - ref) / ulp);
-}
-
-struct Worst {
-  double err = 0, at = 0;
-  void take(double d) {
-    const double e = ulp_error(d);
-    if (e > err) err = e, at = d;
-  }
-};
+double ulp_error(double d) { return ulp_distance(flash_attn_ext::log_sum(d), logl(static_cast<long double>(d))); }
 
 }  // namespace
 
 int main() {
   std::mt19937_64 rng(20261201);
   std::uniform_real_distribution<double> unit(0.0, 1.0);
-  Worst near_one, mantissas, wide, edges;
+  Worst<ulp_error> near_one, mantissas, wide, edges;
   for (int k = 0; k < 2000000; ++k) {
     near_one.take(1.0 + std::ldexp(unit(rng), -static_cast<int>(rng() % 52)));  // d - 1 from 2^-52 to 1
     mantissas.take(1.0 + unit(rng));                                            // [1, 2)

@@ -13,19 +13,14 @@
 #include <cstring>
 
 #include "common/exp_poly.h"
-
-#if defined(__CUDACC__)
-#define FAE_EXP_SUM_FN __host__ __device__ __forceinline__
-#else
-#define FAE_EXP_SUM_FN inline
-#endif
+#include "common/host_device.h"
 
 namespace flash_attn_ext {
 
 // Below this t every term is 0 here; above it 2^k stays normal (k >= -1022).
 constexpr double kExpSumCut = -708.0;
 
-FAE_EXP_SUM_FN double exp_sum_term(double t) {
+FAE_HOST_DEVICE_INLINE double exp_sum_term(double t) {
   constexpr double kShift = 0x1.8p52;  // k lands in the low bits of t log2(e) + kShift
   const double shifted = std::fma(t, kExpConstants[0], kShift);
   uint64_t shifted_bits;

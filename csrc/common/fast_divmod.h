@@ -4,11 +4,7 @@
 // for every work item they take (which m block, batch and kv head; which query position a packed row is).
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define FAE_HOST_DEVICE __host__ __device__
-#else
-#define FAE_HOST_DEVICE
-#endif
+#include "common/host_device.h"
 
 namespace flash_attn_ext {
 
@@ -44,4 +40,3 @@ struct FastDivmod {
 
 }  // namespace flash_attn_ext
 
-#undef FAE_HOST_DEVICE

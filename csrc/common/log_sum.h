@@ -14,17 +14,12 @@
 #include <cstdint>
 #include <cstring>
 
+#include "common/host_device.h"
 #include "common/log_table.h"
-
-#if defined(__CUDACC__)
-#define FAE_LOG_SUM_FN __host__ __device__ __forceinline__
-#else
-#define FAE_LOG_SUM_FN inline
-#endif
 
 namespace flash_attn_ext {
 
-FAE_LOG_SUM_FN double log_sum(double d) {
+FAE_HOST_DEVICE_INLINE double log_sum(double d) {
   uint64_t bits;
   std::memcpy(&bits, &d, sizeof bits);
   const int biased = static_cast<int>(bits >> 52);  // sign bit included: negative d lands above 0x7ff

@@ -999,6 +999,42 @@ def test_fp64_many_wide_rows_cuda():
                                        "log_softmax": {163: four, 199: four, 225: four, 227: eight}})
 
 
+FP64_MANY_ROWS_SHORT_CHECK = """
+import os
+import torch
+import test_softmax as t
+config = os.environ["FAE_SOFTMAX_CONFIG"]
+lanes = int(config.split("lanes=")[1].split(",")[0])
+vpt = int(config.split("vpt=")[1].split(",")[0])
+rows = 6 * torch.cuda.get_device_properties(0).multi_processor_count * 8 + 13
+always_live = 3 if (lanes, vpt) == (32, 2) else 4
+edge = lanes * always_live
+for length in (1, 7, edge - 1, edge, edge + 1, 2 * lanes * vpt - 1):
+    # one element off the 16-byte grid: element by element (the many-rows kernels' layout) at every length
+    x = t.make_input((rows * length + 1,), torch.float64, "cuda")[1:].view(rows, length)
+    x[::7, -1] += 100.0
+    x[3::7, 0] += 100.0
+    for op, ref_fn, torch_fn in t.ROW_OPS:
+        t.poison("cuda", x.numel() * x.element_size())
+        t.check_against_reference(op(x, -1), ref_fn(x, -1), torch_fn(x, -1), torch.float64,
+                                  f"{op.__name__} {rows}x{length}")
+print("checked")
+"""
+
+
+@pytest.mark.cuda
+@requires_cuda
+@pytest.mark.parametrize("config", ["kind=warp,lanes=32,vpt=4,threads=128", "kind=warp,lanes=16,vpt=4",
+                                    "kind=warp,lanes=32,vpt=2"])
+def test_fp64_many_rows_short_forced_cuda(config):
+    # fp64's many-rows kernels load each lane's first elements without a predicate (many_rows_always_live: 4 on 32 x 4
+    # and 16 x 4, 3 on 32 x 2), so they run only rows of lanes * that many elements or more; a plan forced onto
+    # shorter rows (auto gives them none) takes the general instantiation. Many rows (the many-rows kernels' gate) one
+    # element off the grid, at 1 and 7 elements, at the edge and beside it, and at a team's longest row, softmax and
+    # log_softmax against fp64 after poisoning, the row max at either edge.
+    run_checked(FP64_MANY_ROWS_SHORT_CHECK, FAE_SOFTMAX_CONFIG=config)
+
+
 @pytest.mark.cuda
 @requires_cuda
 def test_fp64_long_rows_cuda():

@@ -509,11 +509,16 @@ template <typename T, int kN> struct GroupLoads<T, kN, false> {
   }
 };
 
-template <typename T, int kN, bool kAligned>
+// kAlwaysLive (element-wise layout only): the thread's first kAlwaysLive elements exist in every row the caller
+// passes (len - first >= nt * kAlwaysLive, and a team past the last row reads a real row's), so they load without a
+// predicate. Why: the fp64 many-rows kernels' per-load predicates, with the row max's own, outnumbered what ptxas
+// keeps live, and it issued the row's last loads only behind the max's first steps (softmax_rows.cuh).
+template <typename T, int kN, bool kAligned, int kAlwaysLive = 0>
 __device__ __forceinline__ void load_group(const T* row, int64_t len, int64_t first, int nt, int t,
                                            acc_t<T> (&v)[kN][RowsTraits<T>::kVec]) {
   using A = acc_t<T>;
   constexpr int kVec = RowsTraits<T>::kVec;
+  static_assert(!kAligned || kAlwaysLive == 0, "kAlwaysLive is for the element-wise layout");
   if constexpr (kAligned) {
     const int64_t base = first + static_cast<int64_t>(t) * kVec;
     const int stride = nt * kVec;
@@ -537,7 +542,7 @@ __device__ __forceinline__ void load_group(const T* row, int64_t len, int64_t fi
 #pragma unroll
       for (int j = 0; j < kVec; ++j) {
         const int off = (s * kVec + j) * nt;
-        v[s][j] = off < rem ? to_acc(__ldg(ptr)) : neg_inf<A>();
+        v[s][j] = s * kVec + j < kAlwaysLive || off < rem ? to_acc(__ldg(ptr)) : neg_inf<A>();
         ptr = held_pointer(ptr + nt);
       }
   }

@@ -218,7 +218,9 @@ void launch_warp_rows(const RowsParams<T>& p, int vpl, bool aligned, bool on_gri
   const bool pairs = !aligned && !on_grid && fixed != FixedRows::General && fixed != FixedRows::SafeLogSumExp &&
                      pair_rows_pay<T>(vpl, fixed == FixedRows::SafeLogSoftmax) &&
                      pair_shift(p.x) == pair_shift(p.y) && held >= p.len + (p.len % 2 == 1 ? 1 : pair_shift(p.x));
-  const int many_lanes = many_rows ? 1 << p.lanes_log2 : 0;
+  // fp64's many-rows kernels only for rows that fill the lanes' always-live loads (many_rows_always_live)
+  const int lanes = 1 << p.lanes_log2;
+  const int many_lanes = many_rows && p.len >= int64_t(lanes) * many_rows_always_live<T>(lanes, vpl) ? lanes : 0;
   launch_kernel(select_warp_kernel<T>(vpl, aligned, pairs, fixed, on_grid, fold, many_lanes), grid, threads, 0, stream,
                 LaunchKind::Plain, p);
 }

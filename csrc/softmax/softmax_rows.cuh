@@ -58,8 +58,8 @@ __device__ __forceinline__ OnlineState<acc_t<T>> team_row(acc_t<T> (&v)[kVpl][Ro
 // blockDim.x / lanes consecutive rows and walks row groups grid-stride. Each lane holds kVpl vectors of kVec elements:
 // len <= lanes * kVpl * kVec (rows on the memory's grid too: the granule past the slots is folded into them,
 // FoldedGranule). Reductions are xor-shuffles inside the team. Teams past the last row run the shuffles (the warp must)
-// but touch no memory (rows on the memory's grid: at most a read of the granule that holds the tensor's first element,
-// all of it masked).
+// but store nothing and read at most from the tensor's first row (rows on the memory's grid: the granule that holds
+// its first element, all of it masked; fp64 many-rows kernels: their always-live loads, many_rows_always_live).
 // Unaligned rows (a length that is not a multiple of kVec, or a base off the 16-byte grid) take load_group's
 // element-wise layout, or where it paid (pair_rows_pay) element pairs (kPairs, pair_group.cuh); logsumexp of 16-bit
 // and fp32 rows excepted, held on the memory's grid (16-bit: ShiftedRawLoads, fp32: load_row_folded; lse_rows_on_grid
@@ -203,7 +203,10 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? 0
       d = misalignment(p.x + offset);
       load_group_shifted<T, kVpl>(p.x + offset, len, 0, d, lanes, li, v);
     } else {
-      load_group<T, kVpl, kAligned>(p.x + offset, len, 0, lanes, li, v);
+      // fp64 many-rows kernels: each lane's first elements without a predicate (many_rows_always_live). A team past
+      // the last row reads them from the tensor's first row (offset 0), which holds them, and stores nothing.
+      constexpr int kAlwaysLive = kMany && kLanes != 0 ? many_rows_always_live<T>(kLanes, kVpl) : 0;
+      load_group<T, kVpl, kAligned, kAlwaysLive>(p.x + offset, len, 0, lanes, li, v);
     }
     // Aligned rows and fp64 rows only: the other wide-warp rows (kVpl > kMaxVpt), logsumexp's and kRawRows, are above.
     // fp64 rows held as vectors or element by element skip every vector past the row's end in all lanes (live_vectors,

@@ -984,9 +984,10 @@ def test_fp64_capped_half_team_rows_cuda():
 def test_fp64_many_wide_rows_cuda():
     # Unaligned fp64 softmax and log_softmax rows on whole warps of 2 vectors a lane (softmax 98-128 elements,
     # log_softmax 102-128) and of 4 at 128 threads (129-161; since session 108 162-225 from
-    # kDoubleFourVectorLongMinRowsPerSm, 96 rows an SM), many of them (from kManyFp64WideScalarRowsMinBlocksPerSm blocks
-    # of 256 threads an SM: the many-rows instantiation where many_scalar_rows says so), against fp64 after poisoning,
-    # the row max at either edge; and the plans "auto" takes at the ends of each range, and beside them.
+    # kDoubleFourVectorLongMinRowsPerSm, 96 rows an SM, log_softmax's since session 109 162-256), many of them (from
+    # kManyFp64WideScalarRowsMinBlocksPerSm blocks of 256 threads an SM: the many-rows instantiation where
+    # many_scalar_rows says so), against fp64 after poisoning, the row max at either edge; and the plans "auto" takes at
+    # the ends of each range, and beside them.
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     rows = 6 * sms * 8 + 13
     _check_fp64_rows(rows, (99, 103, 105, 127, 129, 143, 161))
@@ -994,9 +995,9 @@ def test_fp64_many_wide_rows_cuda():
     _assert_fp64_row_plans(rows, {"softmax": {99: two, 127: two, 129: four, 161: four, 163: eight},
                                   "log_softmax": {103: two, 127: two, 129: four, 161: four, 199: eight}})
     long_rows = 96 * sms + 13
-    _check_fp64_rows(long_rows, (163, 199, 225, 227))
-    _assert_fp64_row_plans(long_rows, {"softmax": {163: four, 225: four, 227: eight},
-                                       "log_softmax": {163: four, 199: four, 225: four, 227: eight}})
+    _check_fp64_rows(long_rows, (163, 199, 225, 227, 241, 255))
+    _assert_fp64_row_plans(long_rows, {"softmax": {163: four, 225: four, 227: eight, 255: eight},
+                                       "log_softmax": {163: four, 199: four, 225: four, 227: four, 255: four}})
 
 
 FP64_MANY_ROWS_SHORT_CHECK = """

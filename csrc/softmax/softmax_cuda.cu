@@ -564,6 +564,18 @@ constexpr int64_t kDoubleFourVectorMaxLen = 161;
 // softmax 12.6-12.9 / 9.3 -> 11.6-11.7 / 8.5-8.6) the 8-vector plan stays: not timed further.
 constexpr int64_t kDoubleFourVectorLongMaxLen = 225;
 constexpr int64_t kDoubleFourVectorLongMinRowsPerSm = 96;
+// Since session 109 log_softmax's rows take 32 x 4 to the plan's end (256 elements) from the same rows an SM: once
+// every many-rows kernel loaded its lanes' first elements unpredicated (many_rows_always_live) and the 32 x 4
+// log_softmax kernel summed by exp_sum_term, it beat the 8-vector plan there. H200, s109 call 2, forced, us cold /
+// streamed, 8 vectors (auto) -> 32 x 4 at 128 threads (torch): log_softmax 65536x241 66.5-66.6 / 66.0-66.4 -> 62.7 /
+// 64.3-64.4 (63.4-63.9 / 63.7-64.0), x255 68.5-68.6 / 68.3-68.4 -> 66.7-66.8 / 67.6 (66.2-66.5 / 67.6-67.7), 16384x241
+// 20.0-20.2 / 18.9 -> 18.6-18.7 / 17.8-17.9 (19.6-19.9 / 18.3-18.4), 24576x255 28.8-29.1 / 27.5 -> 27.3-27.4 / 26.8
+// (26.6-27.0 / 27.2-27.3). Softmax's stay at 225: cold 1 us faster, streamed 0.5-1 us slower (65536x241 65.2-65.3 /
+// 64.2 -> 63.9-64.0 / 64.8, x255 66.8-67.0 / 67.0-67.1 -> 66.4-66.5 / 67.7-68.0).
+constexpr int64_t kDoubleFourVectorLongLogMaxLen = 256;
+constexpr int64_t double_four_vector_long_max_len(SoftmaxOutput output) {
+  return output == SoftmaxOutput::LogSoftmax ? kDoubleFourVectorLongLogMaxLen : kDoubleFourVectorLongMaxLen;
+}
 constexpr int64_t kDoubleHalfTeamMaxLen = 97;
 // Softmax's 16-lane rows run on a grid of at most this many blocks an SM, each block's warps taking row after row: on
 // uncapped blocks (16 rows each, 4096 of them at 65536 rows) they trailed torch. Session 103's kernel's 54-59 registers
@@ -820,13 +832,13 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
     // log_softmax 65536x67 40.7 -> 29.8 (30.5), x89 41.2 -> 35.6 (31.2), but x93 level cold and 35.5 -> 37.8 streamed;
     // since session 103 on a capped grid (kDoubleHalfTeamBlocksPerSm), which also wins at 90-97 elements; since
     // session 104 log_softmax's run uncapped, to 101 elements (kDoubleHalfTeamLogMaxLen). Since session 108 the
-    // 4-vector rows reach 225 elements where rows are many (kDoubleFourVectorLongMaxLen says why): the many-rows kernel
-    // turned s101's losses at 171-181 into gains.
+    // 4-vector rows reach 225 elements (log_softmax's since session 109: 256) where rows are many
+    // (kDoubleFourVectorLongMaxLen says why): the many-rows kernel turned s101's losses at 171-181 into gains.
     // The online reduction (the general kernels) keeps the old plans: not timed.
     if (std::is_same_v<T, double> && scalar_rows && rows_for_wide_warps && plan.lanes == 32) {
       const bool fixed = p.algorithm != SoftmaxAlgorithm::Online;
       const bool many_long_rows =
-          s.len <= kDoubleFourVectorLongMaxLen && s.rows >= kDoubleFourVectorLongMinRowsPerSm * s.sms;
+          s.len <= double_four_vector_long_max_len(p.output) && s.rows >= kDoubleFourVectorLongMinRowsPerSm * s.sms;
       if (plan.vpt == 4 && fixed && (s.len <= kDoubleFourVectorMaxLen || many_long_rows)) {
         plan.threads = kWarpRowsSmallThreads;
       } else if (plan.vpt == 4) {

@@ -170,8 +170,9 @@ constexpr int kManyFp32ScalarRowsMinLanes = 16;
 // softmax 16384x67 11.3-11.5 -> 10.4-11.1 us cold; call 5: log_softmax 16384x75 level). Numbers: softmax_cuda.cu, at
 // kDoubleHalfTeamBlocksPerSm and kDoubleHalfTeamLogMaxLen.
 // So do whole-warp fp64 rows of 2 vectors a lane (98-128 elements; 37-38 registers against 42-47) and of 4 (129-161,
-// since session 108 to 225 where rows are many: kDoubleFourVectorLongMaxLen; launched at 128 threads; 40 against
-// 54-59) from kManyFp64WideScalarRowsMinBlocksPerSm blocks of 256 threads an SM, uncapped. H200, s104 call 2, us cold / streamed, two rounds, main -> bound (2 vectors: build 19b5e12, 4: alt; torch):
+// since session 108 to 225 where rows are many, log_softmax's since session 109 to 256: kDoubleFourVectorLongMaxLen;
+// launched at 128 threads; 40 against 54-59) from kManyFp64WideScalarRowsMinBlocksPerSm blocks of 256 threads an SM,
+// uncapped. H200, s104 call 2, us cold / streamed, two rounds, main -> bound (2 vectors: build 19b5e12, 4: alt; torch):
 // softmax 65536x99 35.0-35.3 / 34.0-34.2 -> 33.1-33.8 / 32.0-32.3 (32.2-33.5 / 30.3-30.5), x105 35.1-35.2 / 34.7 ->
 // 33.8-33.9 / 32.8 (32.2-33.1 / 31.5), x113 37.0-37.1 / 35.6-35.7 -> 34.1-35.9 / 33.9 (33.2-33.7 / 32.5-32.6), x127
 // 38.1-38.2 / 38.1 -> 36.3-36.5 / 36.0-36.2 (35.3-35.8 / 36.1), 32768x127 20.9-21.1 / 20.2 -> 20.0-20.2 / 19.1-19.2
@@ -212,7 +213,13 @@ template <typename T> constexpr bool many_rows_fixed_lanes() { return sizeof(T) 
 // The elements of each lane that fp64's kMany instantiations load without a predicate (load_group's kAlwaysLive): as
 // many as the shortest rows the plans give them hold in every lane (16 x 4 from 65 elements, 32 x 2 from 98, 32 x 4
 // from 129). launch_warp_rows takes them only for rows of lanes * that many elements or more (a forced plan may give
-// a team shorter rows: the general instantiation runs those).
+// a team shorter rows: the general instantiation runs those). Local SASS (sm_90a): every many-rows kernel then issues
+// all its loads ahead of the row max (main had put the last 2-3 behind it in both 4-vector log_softmax kernels), 8-32
+// fewer instructions. H200, s109 call 1, us cold / streamed, two rounds, main -> always-live (torch): log_softmax
+// 65536x97 30.6-30.7 / 31.3-31.4 -> 27.4-28.2 / 27.4 (29.8-31.6 / 28.3-28.5), x199 54.6-55.0 / 53.8 -> 52.9-53.8 / 53.0
+// (52.7-53.2 / 53.2-53.5), x225 61.9-62.2 / 61.3-61.4 -> 59.1-60.2 / 59.7-59.9 (59.5-59.8 / 59.9-60.1), 16384x199
+// 17.7-17.9 / 16.2-16.3 -> 16.1-16.9 / 15.1-15.2 (16.2-17.8 / 15.6-15.7); softmax within 1 us either way (x151
+// 41.5-41.6 / 41.2-41.3 -> 40.7-40.9 / 40.8-40.9).
 template <typename T> constexpr int many_rows_always_live(int lanes, int vpl) {
   if (!many_rows_fixed_lanes<T>()) return 0;
   return lanes == 32 && vpl == 2 ? 3 : 4;

@@ -224,17 +224,19 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? 0
                                                                   : kHead;
     constexpr bool kSumLog =  // Epilogue says where log_sum paid
         std::is_same_v<T, double> && kLanes == 32 && kVpl == 2 && kFixed == FixedRows::SafeLogSoftmax;
-    // exp_sum_term for fp64 log_softmax on the many-rows kernels of 2 vectors a lane (whole warps) and of 16 lanes.
-    // H200, s108 call 3, us cold / streamed, CUDA's exp -> exp_sum_term (torch): 65536x97 (16 lanes) 31.7-31.9 /
-    // 31.4-31.5 -> 29.9-30.4 / 31.1 (30.5-31.9 / 28.2-28.5), x105 32.5-32.8 / 30.7-30.8 -> 31.1 / 29.6 (30.4-31.3 /
-    // 29.6-29.7), x113 34.0-34.5 / 31.3-31.4 -> 31.4-32.8 / 30.8-31.0 (32.0-32.3 / 31.8), x127 level. Not on 32 lanes
-    // of 4 vectors: 65536x151 gained (44.8-45.1 / 42.9 -> 43.3-43.6 / 41.7) but x171 lost (46.0 / 45.1 -> 47.2-47.5 /
-    // 47.9-48.0), x199 (54.0-54.3 / 53.5-53.6 -> 56.6 / 57.3-57.5) and x241 most (64.4-64.6 / 65.4-65.6 -> 73.6-73.9 /
-    // 75.8-75.9): there ptxas put the max's first steps between the row's loads, so the loads past them (elements 161
-    // and on) waited a memory round trip (SASS; ncu, s108 call 4, x241: L1TEX scoreboard 7.8 of 16.3 cycles between
-    // issues, DRAM 63 % against 70 %). Taking the max from the last value first only made ptxas reorder the loads.
-    constexpr bool kSumExp = std::is_same_v<T, double> && kFixed == FixedRows::SafeLogSoftmax &&
-                             (kLanes == 16 || (kLanes == 32 && kVpl == 2));
+    // exp_sum_term for fp64 log_softmax on the many-rows kernels (compile-time teams: 16 lanes of 4 vectors, 32 of 2
+    // and of 4). H200, s108 call 3, us cold / streamed, CUDA's exp -> exp_sum_term (torch): 65536x97 (16 lanes)
+    // 31.7-31.9 / 31.4-31.5 -> 29.9-30.4 / 31.1 (30.5-31.9 / 28.2-28.5), x105 32.5-32.8 / 30.7-30.8 -> 31.1 / 29.6
+    // (30.4-31.3 / 29.6-29.7), x113 34.0-34.5 / 31.3-31.4 -> 31.4-32.8 / 30.8-31.0 (32.0-32.3 / 31.8), x127 level. On
+    // 32 x 4 it lost then (65536x171 46.0 / 45.1 -> 47.2-47.5 / 47.9-48.0, x241 64.4-64.6 / 65.4-65.6 -> 73.6-73.9 /
+    // 75.8-75.9): ptxas put the max's first steps between the row's loads, so the loads past them (elements 161 and on)
+    // waited a memory round trip (SASS; ncu, s108 call 4, x241: L1TEX scoreboard 7.8 of 16.3 cycles between issues,
+    // DRAM 63 % against 70 %). Since session 109 the many-rows kernels load their lanes' first elements without a
+    // predicate (many_rows_always_live), every load goes ahead of the max, and 32 x 4 takes it too (its SASS 640 -> 528
+    // instructions, local sm_90a). H200, s109 call 1, us cold / streamed, two rounds: log_softmax 65536x151 43.6-45.4 /
+    // 42.5-42.7 -> 43.0-43.2 / 41.2 (torch 45.5-46.4 / 44.8-44.9), 171-225 level (x199 52.9-53.8 / 53.0 -> 53.5-53.6 /
+    // 52.9-53.1).
+    constexpr bool kSumExp = std::is_same_v<T, double> && kFixed == FixedRows::SafeLogSoftmax && kLanes != 0;
     const OnlineState<A> row_state =
         team_row<T, kVpl, kFast, kGuarded, kSumLog, kSumExp>(v, lanes, output, online, live);
     if (output == SoftmaxOutput::LogSumExp) {

@@ -210,6 +210,10 @@ template <typename T> constexpr bool many_scalar_rows_compiled(int vpl, bool log
 // 65536x101 34.4 / 34.5 -> 33.2-34.2 / 33.2 (30.8-31.6 / 28.9), x151 50.8 / 49.4 -> 44.7 / 42.9-43.1 (45.1-45.8 /
 // 44.5-44.7); x89 and x113 level.
 template <typename T> constexpr bool many_rows_fixed_lanes() { return sizeof(T) == 8; }
+// fp64's aligned rows take those instantiations too (16-byte vectors; not yet timed).
+template <typename T> constexpr bool aligned_many_rows(int vpl) {
+  return many_rows_fixed_lanes<T>() && (vpl == 2 || vpl == 4);
+}
 // The elements of each lane that fp64's kMany instantiations load without a predicate (load_group's kAlwaysLive): as
 // many as the shortest rows the plans give them hold in every lane (16 x 4 from 65 elements, 32 x 2 from 98, 32 x 4
 // from 129). launch_warp_rows takes them only for rows of lanes * that many elements or more (a forced plan may give

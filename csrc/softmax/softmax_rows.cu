@@ -92,18 +92,20 @@ template <typename T, int kVpl> RowsKernel<T> pair_kernel(FixedRows fixed) {
   }
 }
 
-// Softmax or log_softmax (kFixed) of many unaligned rows (many_scalar_rows_compiled) on teams of `lanes` lanes,
-// element-wise or in pairs where pairs paid: the instantiation bound to many_scalar_rows_min_blocks, for fp64 the one
-// of that team width (many_rows_fixed_lanes). nullptr where none is compiled.
-template <typename T, int kVpl, FixedRows kFixed> RowsKernel<T> many_rows_kernel_of(bool pairs, int lanes) {
+// Softmax or log_softmax (kFixed) of many rows (many_scalar_rows_compiled) on teams of `lanes` lanes: unaligned ones
+// element-wise or in pairs where pairs paid, the instantiation bound to many_scalar_rows_min_blocks, for fp64 the one
+// of that team width (many_rows_fixed_lanes); aligned ones (16-byte vectors) for fp64 only (aligned_many_rows).
+// nullptr where none is compiled.
+template <typename T, int kVpl, FixedRows kFixed, bool kAligned>
+RowsKernel<T> many_rows_kernel_of(bool pairs, int lanes) {
   constexpr bool kLog = kFixed == FixedRows::SafeLogSoftmax;
   if constexpr (many_scalar_rows_compiled<T>(kVpl, kLog) && many_rows_fixed_lanes<T>()) {
     if (pairs) return nullptr;
-    if (lanes == 32) return softmax_warp_rows_kernel<T, kVpl, false, kFixed, false, GridRows::Off, true, 32>;
+    if (lanes == 32) return softmax_warp_rows_kernel<T, kVpl, kAligned, kFixed, false, GridRows::Off, true, 32>;
     if constexpr (kVpl == 4) {
-      if (lanes == 16) return softmax_warp_rows_kernel<T, kVpl, false, kFixed, false, GridRows::Off, true, 16>;
+      if (lanes == 16) return softmax_warp_rows_kernel<T, kVpl, kAligned, kFixed, false, GridRows::Off, true, 16>;
     }
-  } else if constexpr (many_scalar_rows_compiled<T>(kVpl, kLog)) {
+  } else if constexpr (many_scalar_rows_compiled<T>(kVpl, kLog) && !kAligned) {
     if constexpr (pair_rows_pay<T>(kVpl, kLog)) {
       if (pairs) return softmax_warp_rows_kernel<T, kVpl, false, kFixed, true, GridRows::Off, true>;
     }
@@ -113,22 +115,31 @@ template <typename T, int kVpl, FixedRows kFixed> RowsKernel<T> many_rows_kernel
 }
 
 // many_rows_kernel_of for the op that `fixed` names; nullptr for the other outputs.
-template <typename T, int kVpl> RowsKernel<T> many_rows_kernel(FixedRows fixed, bool pairs, int lanes) {
-  if (fixed == FixedRows::SafeSoftmax) return many_rows_kernel_of<T, kVpl, FixedRows::SafeSoftmax>(pairs, lanes);
-  if (fixed == FixedRows::SafeLogSoftmax) return many_rows_kernel_of<T, kVpl, FixedRows::SafeLogSoftmax>(pairs, lanes);
+template <typename T, int kVpl, bool kAligned> RowsKernel<T> many_rows_kernel(FixedRows fixed, bool pairs, int lanes) {
+  if (fixed == FixedRows::SafeSoftmax) {
+    return many_rows_kernel_of<T, kVpl, FixedRows::SafeSoftmax, kAligned>(pairs, lanes);
+  }
+  if (fixed == FixedRows::SafeLogSoftmax) {
+    return many_rows_kernel_of<T, kVpl, FixedRows::SafeLogSoftmax, kAligned>(pairs, lanes);
+  }
   return nullptr;
 }
 
 template <typename T, int kVpl>
 RowsKernel<T> warp_kernel(bool aligned, bool pairs, FixedRows fixed, bool on_grid, bool fold, int many_lanes) {
   if constexpr (kVpl <= RowsTraits<T>::kMaxVpt) {
+    if constexpr (aligned_many_rows<T>(kVpl)) {
+      if (aligned && many_lanes > 0) {
+        if (const RowsKernel<T> k = many_rows_kernel<T, kVpl, true>(fixed, false, many_lanes)) return k;
+      }
+    }
     if (aligned) return warp_kernel_of<T, kVpl, true>(fixed, false);
     if (on_grid && (fixed == FixedRows::SafeSoftmax || fixed == FixedRows::SafeLogSoftmax)) {
       return grid_softmax_kernel<T, kVpl>(fixed);
     }
     if constexpr (many_scalar_rows_compiled<T>(kVpl, false) || many_scalar_rows_compiled<T>(kVpl, true)) {
       if (many_lanes > 0 && !on_grid) {
-        if (const RowsKernel<T> k = many_rows_kernel<T, kVpl>(fixed, pairs, many_lanes)) return k;
+        if (const RowsKernel<T> k = many_rows_kernel<T, kVpl, false>(fixed, pairs, many_lanes)) return k;
       }
     }
     if (pairs) return pair_kernel<T, kVpl>(fixed);
@@ -218,9 +229,10 @@ void launch_warp_rows(const RowsParams<T>& p, int vpl, bool aligned, bool on_gri
   const bool pairs = !aligned && !on_grid && fixed != FixedRows::General && fixed != FixedRows::SafeLogSumExp &&
                      pair_rows_pay<T>(vpl, fixed == FixedRows::SafeLogSoftmax) &&
                      pair_shift(p.x) == pair_shift(p.y) && held >= p.len + (p.len % 2 == 1 ? 1 : pair_shift(p.x));
-  // fp64's many-rows kernels only for rows that fill the lanes' always-live loads (many_rows_always_live)
+  // fp64's unaligned many-rows kernels only for rows that fill the lanes' always-live loads (many_rows_always_live)
   const int lanes = 1 << p.lanes_log2;
-  const int many_lanes = many_rows && p.len >= int64_t(lanes) * many_rows_always_live<T>(lanes, vpl) ? lanes : 0;
+  const int always_live = aligned ? 0 : many_rows_always_live<T>(lanes, vpl);
+  const int many_lanes = many_rows && p.len >= int64_t(lanes) * always_live ? lanes : 0;
   launch_kernel(select_warp_kernel<T>(vpl, aligned, pairs, fixed, on_grid, fold, many_lanes), grid, threads, 0, stream,
                 LaunchKind::Plain, p);
 }

@@ -99,7 +99,7 @@ constexpr int kRawGridRowsMinBlocks = 3;
 // kLanes: the team's width fixed at compile time (16 or 32; many_rows_fixed_lanes), 0 where it is read from p.
 template <typename T, int kVpl, bool kAligned, FixedRows kFixed = FixedRows::General, bool kPairs = false,
           GridRows kGrid = GridRows::Off, bool kMany = false, int kLanes = 0>
-__global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? 0
+__global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? (kMany ? many_scalar_rows_min_blocks<T>(kVpl) : 0)
                                                    : raw_grid_rows<T>(kVpl, kGrid, kFixed) ? kRawGridRowsMinBlocks
                                                    : kGrid != GridRows::Off ? kShiftedLseMinBlocks
                                                    : kMany                  ? many_scalar_rows_min_blocks<T>(kVpl)
@@ -205,7 +205,7 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? 0
     } else {
       // fp64 many-rows kernels: each lane's first elements without a predicate (many_rows_always_live). A team past
       // the last row reads them from the tensor's first row (offset 0), which holds them, and stores nothing.
-      constexpr int kAlwaysLive = kMany && kLanes != 0 ? many_rows_always_live<T>(kLanes, kVpl) : 0;
+      constexpr int kAlwaysLive = kMany && kLanes != 0 && !kAligned ? many_rows_always_live<T>(kLanes, kVpl) : 0;
       load_group<T, kVpl, kAligned, kAlwaysLive>(p.x + offset, len, 0, lanes, li, v);
     }
     // Aligned rows and fp64 rows only: the other wide-warp rows (kVpl > kMaxVpt), logsumexp's and kRawRows, are above.

@@ -1003,9 +1003,10 @@ def test_fp64_many_wide_rows_cuda():
 @pytest.mark.cuda
 @requires_cuda
 def test_fp64_many_aligned_rows_cuda():
-    # Aligned fp64 softmax and log_softmax rows (16-byte vectors) on the many-rows instantiations (aligned_many_rows:
-    # 16 lanes of 4 vectors, whole warps of 2 or 4, where many_scalar_rows says so): many rows of even lengths from 34
-    # to 256 elements, each plan's first and last, against fp64 after poisoning, the row max at either edge.
+    # Aligned fp64 log_softmax rows (16-byte vectors) on the many-rows instantiations (aligned_many_rows: 16 lanes of 4
+    # vectors, whole warps of 2 or 4, where many_scalar_rows says so; softmax's on the general ones): many rows of even
+    # lengths from 34 to 256 elements, each plan's first and last, both ops against fp64 after poisoning, the row max at
+    # either edge.
     rows = 6 * torch.cuda.get_device_properties(0).multi_processor_count * 8 + 13
     _check_fp64_rows(rows, (34, 64, 66, 100, 128, 130, 160, 200, 256))
 

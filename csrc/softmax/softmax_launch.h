@@ -210,9 +210,15 @@ template <typename T> constexpr bool many_scalar_rows_compiled(int vpl, bool log
 // 65536x101 34.4 / 34.5 -> 33.2-34.2 / 33.2 (30.8-31.6 / 28.9), x151 50.8 / 49.4 -> 44.7 / 42.9-43.1 (45.1-45.8 /
 // 44.5-44.7); x89 and x113 level.
 template <typename T> constexpr bool many_rows_fixed_lanes() { return sizeof(T) == 8; }
-// fp64's aligned rows take those instantiations too (16-byte vectors; not yet timed).
-template <typename T> constexpr bool aligned_many_rows(int vpl) {
-  return many_rows_fixed_lanes<T>() && (vpl == 2 || vpl == 4);
+// fp64's aligned log_softmax rows (16-byte vectors) take those instantiations too, with exp_sum_term for the sum (47
+// -> 40 registers at 4 vectors a lane, 744 -> 640-648 static SASS instructions; local sm_90a); softmax's keep the
+// general ones (832-840 instructions there against 816, the same 40 registers). H200, s109 call 4, us cold / streamed,
+// two rounds, general -> many-rows (torch): log_softmax 65536x100 31.1 / 29.7 -> 29.7-30.6 / 28.2 (30.2-31.9 /
+// 28.3-28.4), x160 50.9-51.6 / 49.6-49.9 -> 48.2-48.3 / 46.3 (45.4-46.2 / 44.7-44.9), x200 57.7-57.8 / 56.8-56.9 ->
+// 55.0-55.2 / 53.8-53.9 (52.0-52.2 / 52.6-53.1), x128, x256 and 16384x256 level; softmax x160 45.4-45.5 / 44.7 ->
+// 46.1-46.6 / 45.2, x200 52.7-52.8 / 52.4-52.8 -> 53.1-53.7 / 52.8-52.9, the rest level.
+template <typename T> constexpr bool aligned_many_rows(int vpl, bool log_softmax) {
+  return many_rows_fixed_lanes<T>() && (vpl == 2 || vpl == 4) && log_softmax;
 }
 // The elements of each lane that fp64's kMany instantiations load without a predicate (load_group's kAlwaysLive): as
 // many as the shortest rows the plans give them hold in every lane (16 x 4 from 65 elements, 32 x 2 from 98, 32 x 4

@@ -996,6 +996,11 @@ def test_fp64_many_wide_rows_cuda():
                                   "log_softmax": {103: two, 127: two, 129: four, 161: four, 199: eight}})
     long_rows = 96 * sms + 13
     _check_fp64_rows(long_rows, (163, 199, 225, 227, 241, 255))
+    # special values (NaN, +-inf rows) on the many-rows kernels: 16 x 4 (97), 32 x 2 (113), 32 x 4 (199, 241: the
+    # log_softmax sums by exp_sum_term), aligned 32 x 4 (200, log_softmax)
+    for length in (97, 113, 199, 241, 200):
+        special = special_rows(length, torch.float64, "cuda")
+        _run_special(special.repeat(long_rows // special.shape[0] + 1, 1), f"x{length}")
     _assert_fp64_row_plans(long_rows, {"softmax": {163: four, 225: four, 227: eight, 255: eight},
                                        "log_softmax": {163: four, 199: four, 225: four, 227: four, 255: four}})
 
@@ -1003,12 +1008,13 @@ def test_fp64_many_wide_rows_cuda():
 @pytest.mark.cuda
 @requires_cuda
 def test_fp64_many_aligned_rows_cuda():
-    # Aligned fp64 log_softmax rows (16-byte vectors) on the many-rows instantiations (aligned_many_rows: 16 lanes of 4
-    # vectors, whole warps of 2 or 4, where many_scalar_rows says so; softmax's on the general ones): many rows of even
-    # lengths from 34 to 256 elements, each plan's first and last, both ops against fp64 after poisoning, the row max at
-    # either edge.
-    rows = 6 * torch.cuda.get_device_properties(0).multi_processor_count * 8 + 13
-    _check_fp64_rows(rows, (34, 64, 66, 100, 128, 130, 160, 200, 256))
+    # Aligned fp64 log_softmax rows (16-byte vectors) on the many-rows instantiations (aligned_many_rows, where
+    # many_scalar_rows says so; softmax's on the general ones), both ops against fp64 after poisoning, the row max at
+    # either edge: whole warps of 2 vectors (66-128 elements) and of 4 (130-256) at 48 rows an SM (34 and 64: 16 lanes
+    # of 2, the general kernel), and 16 lanes of 4 where auto takes them (half_team_rows: from 128 rows an SM).
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    _check_fp64_rows(6 * sms * 8 + 13, (34, 64, 66, 100, 128, 130, 160, 200, 256))
+    _check_fp64_rows(128 * sms + 13, (66, 128))
 
 
 FP64_MANY_ROWS_SHORT_CHECK = """
@@ -1021,7 +1027,7 @@ vpt = int(config.split("vpt=")[1].split(",")[0])
 rows = 6 * torch.cuda.get_device_properties(0).multi_processor_count * 8 + 13
 always_live = 3 if (lanes, vpt) == (32, 2) else 4
 edge = lanes * always_live
-for length in (1, 7, edge - 1, edge, edge + 1, 2 * lanes * vpt - 1):
+for length in (1, 7, edge - 1, edge, edge + 1, 2 * lanes * vpt - 1, 2 * lanes * vpt):
     # one element off the 16-byte grid: element by element (the many-rows kernels' layout) at every length
     x = t.make_input((rows * length + 1,), torch.float64, "cuda")[1:].view(rows, length)
     x[::7, -1] += 100.0

@@ -509,9 +509,9 @@ template <typename T, int kN> struct GroupLoads<T, kN, false> {
   }
 };
 
-// kAlwaysLive (element-wise layout only): the thread's first kAlwaysLive elements exist in every row the caller
-// passes (len - first >= nt * kAlwaysLive, and a team past the last row reads a real row's), so they load without a
-// predicate. Why: the fp64 many-rows kernels' per-load predicates, with the row max's own, outnumbered what ptxas
+// kAlwaysLive (element-wise layout only): the thread's first kAlwaysLive elements load without a predicate, so the
+// caller guarantees that `row` holds them: a real row of >= nt * kAlwaysLive elements past `first` (a team past the
+// last row passes len 0, for its stores, and the tensor's first row, which holds them). Why: the fp64 many-rows kernels' per-load predicates, with the row max's own, outnumbered what ptxas
 // keeps live, and it issued the row's last loads only behind the max's first steps (softmax_rows.cuh).
 template <typename T, int kN, bool kAligned, int kAlwaysLive = 0>
 __device__ __forceinline__ void load_group(const T* row, int64_t len, int64_t first, int nt, int t,

@@ -220,18 +220,18 @@ template <typename T> constexpr bool many_rows_fixed_lanes() { return sizeof(T) 
 template <typename T> constexpr bool aligned_many_rows(int vpl, bool log_softmax) {
   return many_rows_fixed_lanes<T>() && (vpl == 2 || vpl == 4) && log_softmax;
 }
-// The elements of each lane that fp64's kMany instantiations load without a predicate (load_group's kAlwaysLive): as
-// many as the shortest rows the plans give them hold in every lane (16 x 4 from 65 elements, 32 x 2 from 98, 32 x 4
-// from 129). launch_warp_rows takes them only for rows of lanes * that many elements or more (a forced plan may give
-// a team shorter rows: the general instantiation runs those). Local SASS (sm_90a): every many-rows kernel then issues
+// The elements of each lane that fp64's unaligned kMany instantiations load without a predicate (load_group's
+// kAlwaysLive; aligned rows: none): as many as the shortest rows the plans give them hold in every lane (16 x 4 from
+// 65 elements, 32 x 2 from 98, 32 x 4 from 129). launch_warp_rows takes them only for rows of lanes * that many
+// elements or more (a forced plan may give a team shorter rows: the general instantiation runs those). Local SASS (sm_90a): every many-rows kernel then issues
 // all its loads ahead of the row max (main had put the last 2-3 behind it in both 4-vector log_softmax kernels), 8-32
 // fewer instructions. H200, s109 call 1, us cold / streamed, two rounds, main -> always-live (torch): log_softmax
 // 65536x97 30.6-30.7 / 31.3-31.4 -> 27.4-28.2 / 27.4 (29.8-31.6 / 28.3-28.5), x199 54.6-55.0 / 53.8 -> 52.9-53.8 / 53.0
 // (52.7-53.2 / 53.2-53.5), x225 61.9-62.2 / 61.3-61.4 -> 59.1-60.2 / 59.7-59.9 (59.5-59.8 / 59.9-60.1), 16384x199
 // 17.7-17.9 / 16.2-16.3 -> 16.1-16.9 / 15.1-15.2 (16.2-17.8 / 15.6-15.7); softmax within 1 us either way (x151
 // 41.5-41.6 / 41.2-41.3 -> 40.7-40.9 / 40.8-40.9).
-template <typename T> constexpr int many_rows_always_live(int lanes, int vpl) {
-  if (!many_rows_fixed_lanes<T>()) return 0;
+template <typename T> constexpr int many_rows_always_live(bool aligned, int lanes, int vpl) {
+  if (aligned || !many_rows_fixed_lanes<T>()) return 0;
   return lanes == 32 && vpl == 2 ? 3 : 4;
 }
 // Whether rows filling `blocks` blocks of kWarpRowsThreads threads (whatever the launch's block; warp_rows_threads

@@ -233,8 +233,8 @@ void launch_warp_rows(const RowsParams<T>& p, int vpl, bool aligned, bool on_gri
                      pair_shift(p.x) == pair_shift(p.y) && held >= p.len + (p.len % 2 == 1 ? 1 : pair_shift(p.x));
   // fp64's unaligned many-rows kernels only for rows that fill the lanes' always-live loads (many_rows_always_live)
   const int lanes = 1 << p.lanes_log2;
-  const int always_live = aligned ? 0 : many_rows_always_live<T>(lanes, vpl);
-  const int many_lanes = many_rows && p.len >= int64_t(lanes) * always_live ? lanes : 0;
+  const int many_lanes =
+      many_rows && p.len >= int64_t(lanes) * many_rows_always_live<T>(aligned, lanes, vpl) ? lanes : 0;
   launch_kernel(select_warp_kernel<T>(vpl, aligned, pairs, fixed, on_grid, fold, many_lanes), grid, threads, 0, stream,
                 LaunchKind::Plain, p);
 }

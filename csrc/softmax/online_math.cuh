@@ -513,25 +513,30 @@ template <typename T, int kN> struct GroupLoads<T, kN, false> {
 // caller guarantees that `row` holds them: a real row of >= nt * kAlwaysLive elements past `first` (a team past the
 // last row passes len 0, for its stores, and the tensor's first row, which holds them). Why: the fp64 many-rows kernels' per-load predicates, with the row max's own, outnumbered what ptxas
 // keeps live, and it issued the row's last loads only behind the max's first steps (softmax_rows.cuh).
-template <typename T, int kN, bool kAligned, int kAlwaysLive = 0>
+// kHeld (aligned layout only): one held pointer stepped by the team's stride from vector to vector (held_pointer), where
+// otherwise each vector forms its own 64-bit address, row + base + s * stride: the fp64 many-rows kernels of 4 vectors
+// a lane (held_vector_rows says why).
+template <typename T, int kN, bool kAligned, int kAlwaysLive = 0, bool kHeld = false>
 __device__ __forceinline__ void load_group(const T* row, int64_t len, int64_t first, int nt, int t,
                                            acc_t<T> (&v)[kN][RowsTraits<T>::kVec]) {
   using A = acc_t<T>;
   constexpr int kVec = RowsTraits<T>::kVec;
   static_assert(!kAligned || kAlwaysLive == 0, "kAlwaysLive is for the element-wise layout");
+  static_assert(kAligned || !kHeld, "kHeld is for the aligned layout (the element-wise one always holds its pointer)");
   if constexpr (kAligned) {
     const int64_t base = first + static_cast<int64_t>(t) * kVec;
     const int stride = nt * kVec;
     const int rem = remaining(len, base);
-    const T* ptr = row + base;
+    const T* ptr = kHeld ? held_pointer(row + base) : row + base;
 #pragma unroll
     for (int s = 0; s < kN; ++s) {
       if (s * stride < rem) {
-        VecIO<T>::unpack(load16(ptr + s * stride), v[s]);
+        VecIO<T>::unpack(load16(kHeld ? ptr : ptr + s * stride), v[s]);
       } else {
 #pragma unroll
         for (int j = 0; j < kVec; ++j) v[s][j] = neg_inf<A>();
       }
+      if constexpr (kHeld) ptr = held_pointer(ptr + stride);
     }
   } else {
     const int64_t base = first + t;
@@ -548,19 +553,21 @@ __device__ __forceinline__ void load_group(const T* row, int64_t len, int64_t fi
   }
 }
 
-template <typename T, int kN, bool kAligned>
+template <typename T, int kN, bool kAligned, bool kHeld = false>
 __device__ __forceinline__ void store_group(T* row, int64_t len, int64_t first, int nt, int t,
                                             const acc_t<T> (&v)[kN][RowsTraits<T>::kVec], int live = kN) {
   constexpr int kVec = RowsTraits<T>::kVec;
+  static_assert(kAligned || !kHeld, "kHeld is for the aligned layout");
   if constexpr (kAligned) {
     const int64_t base = first + static_cast<int64_t>(t) * kVec;
     const int stride = nt * kVec;
     const int rem = remaining(len, base);
-    T* ptr = row + base;
+    T* ptr = kHeld ? held_pointer(row + base) : row + base;  // store16 is st.global whatever ptxas knows of ptr
 #pragma unroll
     for (int s = 0; s < kN; ++s) {
       if (s >= live) break;
-      if (s * stride < rem) store16(ptr + s * stride, VecIO<T>::pack(v[s]));
+      if (s * stride < rem) store16(kHeld ? ptr : ptr + s * stride, VecIO<T>::pack(v[s]));
+      if constexpr (kHeld) ptr = held_pointer(ptr + stride);
     }
   } else {
     const int64_t base = first + t;

@@ -234,6 +234,18 @@ template <typename T> constexpr int many_rows_always_live(bool aligned, int lane
   if (aligned || !many_rows_fixed_lanes<T>()) return 0;
   return lanes == 32 && vpl == 2 ? 3 : 4;
 }
+// Whether an aligned kMany instantiation steps one held pointer over its vectors (load_group / store_group's kHeld):
+// fp64's of 4 vectors a lane (the aligned_many_rows log_softmax kernels, 16 and 32 lanes). Local sm_90a SASS, the
+// aligned 32 x 4 log_softmax kernel: each vector forming its own 64-bit address (IMAD.WIDE, LEA / LEA.HI.X, IMAD.X) took
+// it to 648 static instructions against the unaligned one's 528 (the same math); a held pointer: 552 (16 x 4: 640 ->
+// 544), 40 registers, no spills. H200, s110 call 1, us cold / streamed, two rounds, address per vector -> held (torch):
+// log_softmax 65536x100 (16 x 4) 30.2-30.3 / 28.1 -> 27.2-27.6 / 27.4-27.5 (30.9-31.7 / 28.3-28.5), x160 47.8-48.2 /
+// 46.2-46.3 -> 43.6-43.9 / 43.0 (45.4-46.2 / 44.8-44.9), x200 55.0-55.2 / 53.7-53.8 -> 51.8-52.2 / 52.5-52.9
+// (51.9-52.0 / 52.7-53.1), 16384x256 19.2 / 18.8-18.9 -> 18.4-18.9 / 18.7 (18.5-20.0 / 19.1-19.2); x128 and x256
+// level. Not at 2 vectors, bound to 8 blocks an SM: the 32 x 2 kernel spilled 12 bytes with it.
+template <typename T> constexpr bool held_vector_rows(bool aligned, bool many, int vpl) {
+  return aligned && many && many_rows_fixed_lanes<T>() && vpl == 4;
+}
 // Whether rows filling `blocks` blocks of kWarpRowsThreads threads (whatever the launch's block; warp_rows_threads
 // gives these plans 256) in teams of `lanes` lanes of `vpl` vectors count as many rows (the kMany instantiation, where
 // many_scalar_rows_compiled has one).

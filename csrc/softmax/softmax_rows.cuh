@@ -151,6 +151,7 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? (kMany ? many_sca
   // Whether a row whose team holds it up to `end` element slots (its length, plus its misalignment on the memory's
   // grid) reaches past the head in some lane. Rows here are at most 32 * kVpl * kVec (2048) elements: an int holds it.
   const auto reaches_tail = [](int end, int team_lanes) { return kHead == kVpl || end > kHead * team_lanes * kVec; };
+  constexpr bool kHeldVectors = held_vector_rows<T>(kAligned, kMany, kVpl);
 
   for (int64_t first_row = static_cast<int64_t>(blockIdx.x) * rows_per_block; first_row < p.rows;
        first_row += static_cast<int64_t>(gridDim.x) * rows_per_block) {
@@ -206,7 +207,7 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? (kMany ? many_sca
       // fp64 many-rows kernels: each lane's first elements without a predicate (many_rows_always_live). A team past
       // the last row reads them from the tensor's first row (offset 0), which holds them, and stores nothing.
       constexpr int kAlwaysLive = kMany && kLanes != 0 ? many_rows_always_live<T>(kAligned, kLanes, kVpl) : 0;
-      load_group<T, kVpl, kAligned, kAlwaysLive>(p.x + offset, len, 0, lanes, li, v);
+      load_group<T, kVpl, kAligned, kAlwaysLive, kHeldVectors>(p.x + offset, len, 0, lanes, li, v);
     }
     // Aligned rows and fp64 rows only: the other wide-warp rows (kVpl > kMaxVpt), logsumexp's and kRawRows, are above.
     // fp64 rows held as vectors or element by element skip every vector past the row's end in all lanes (live_vectors,
@@ -250,7 +251,7 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? (kMany ? many_sca
     } else if constexpr (kOnGrid) {
       store_group_shifted<T, kVpl>(p.y + offset, len, 0, d, lanes, li, v);
     } else {
-      store_group<T, kVpl, kAligned>(p.y + offset, len, 0, lanes, li, v, live);
+      store_group<T, kVpl, kAligned, kHeldVectors>(p.y + offset, len, 0, lanes, li, v, live);
     }
   }
 }

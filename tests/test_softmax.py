@@ -1008,10 +1008,10 @@ def test_fp64_many_wide_rows_cuda():
 @pytest.mark.cuda
 @requires_cuda
 def test_fp64_many_aligned_rows_cuda():
-    # Aligned fp64 log_softmax rows (16-byte vectors) on the many-rows instantiations (aligned_many_rows, where
-    # many_scalar_rows says so; softmax's on the general ones), both ops against fp64 after poisoning, the row max at
-    # either edge: whole warps of 2 vectors (66-128 elements) and of 4 (130-256) at 48 rows an SM (34 and 64: 16 lanes
-    # of 2, the general kernel), and 16 lanes of 4 where auto takes them (half_team_rows: from 128 rows an SM).
+    # Aligned fp64 rows (16-byte vectors) on the many-rows instantiations (aligned_many_rows, where many_scalar_rows
+    # says so), both ops against fp64 after poisoning, the row max at either edge: whole warps of 2 vectors (66-128
+    # elements) and of 4 (130-256) at 48 rows an SM (34 and 64: 16 lanes of 2, the general kernel), and 16 lanes of 4
+    # where auto takes them (half_team_rows: from 128 rows an SM).
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     _check_fp64_rows(6 * sms * 8 + 13, (34, 64, 66, 100, 128, 130, 160, 200, 256))
     _check_fp64_rows(128 * sms + 13, (66, 128))

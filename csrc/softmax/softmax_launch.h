@@ -210,15 +210,19 @@ template <typename T> constexpr bool many_scalar_rows_compiled(int vpl, bool log
 // 65536x101 34.4 / 34.5 -> 33.2-34.2 / 33.2 (30.8-31.6 / 28.9), x151 50.8 / 49.4 -> 44.7 / 42.9-43.1 (45.1-45.8 /
 // 44.5-44.7); x89 and x113 level.
 template <typename T> constexpr bool many_rows_fixed_lanes() { return sizeof(T) == 8; }
-// fp64's aligned log_softmax rows (16-byte vectors) take those instantiations too, with exp_sum_term for the sum (47
-// -> 40 registers at 4 vectors a lane, 744 -> 640-648 static SASS instructions; local sm_90a); softmax's keep the
-// general ones (832-840 instructions there against 816, the same 40 registers). H200, s109 call 4, us cold / streamed,
-// two rounds, general -> many-rows (torch): log_softmax 65536x100 31.1 / 29.7 -> 29.7-30.6 / 28.2 (30.2-31.9 /
-// 28.3-28.4), x160 50.9-51.6 / 49.6-49.9 -> 48.2-48.3 / 46.3 (45.4-46.2 / 44.7-44.9), x200 57.7-57.8 / 56.8-56.9 ->
-// 55.0-55.2 / 53.8-53.9 (52.0-52.2 / 52.6-53.1), x128, x256 and 16384x256 level; softmax x160 45.4-45.5 / 44.7 ->
-// 46.1-46.6 / 45.2, x200 52.7-52.8 / 52.4-52.8 -> 53.1-53.7 / 52.8-52.9, the rest level.
-template <typename T> constexpr bool aligned_many_rows(int vpl, bool log_softmax) {
-  return many_rows_fixed_lanes<T>() && (vpl == 2 || vpl == 4) && log_softmax;
+// fp64's aligned rows (16-byte vectors) take those instantiations too, log_softmax's with exp_sum_term for the sum (47
+// -> 40 registers at 4 vectors a lane, 744 -> 640-648 static SASS instructions; local sm_90a). H200, s109 call 4, us
+// cold / streamed, two rounds, general -> many-rows (torch): log_softmax 65536x100 31.1 / 29.7 -> 29.7-30.6 / 28.2
+// (30.2-31.9 / 28.3-28.4), x160 50.9-51.6 / 49.6-49.9 -> 48.2-48.3 / 46.3 (45.4-46.2 / 44.7-44.9), x200 57.7-57.8 /
+// 56.8-56.9 -> 55.0-55.2 / 53.8-53.9 (52.0-52.2 / 52.6-53.1), x128, x256 and 16384x256 level. Softmax's lost there
+// (832-840 instructions against the general kernel's 816: softmax x160 45.4-45.5 / 44.7 -> 46.1-46.6 / 45.2) until
+// the 4-vector kernels held their pointer (held_vector_rows: 760); then, s111 call 1, general -> many-rows (torch):
+// softmax 65536x160 45.2-45.3 / 44.8-44.9 -> 43.0-43.1 / 43.1-43.2 (47.5-48.8 / 45.8-46.0), x100 (16 x 4) 28.3-28.4 /
+// 27.8-27.9 -> 27.7-27.9 / 27.6 (32.5-33.6 / 30.5-30.6), x200 52.3-52.6 / 52.5 -> 51.7-51.9 / 52.3-52.5, 16384x256
+// 19.6 / 18.8-18.9 -> 19.2-19.4 / 18.6-18.7, and at 2 vectors (32 x 2, 600 -> 592) 8192x100 10.0-10.1 / 6.3 ->
+// 9.4-9.6 / 5.7 (9.6-9.7 / 6.9-7.0), 8192x128 9.2-9.3 / 6.5 -> 8.6-8.7 / 6.0 (10.4-10.7 / 7.5); x128 and x256 level.
+template <typename T> constexpr bool aligned_many_rows(int vpl) {
+  return many_rows_fixed_lanes<T>() && (vpl == 2 || vpl == 4);
 }
 // The elements of each lane that fp64's unaligned kMany instantiations load without a predicate (load_group's
 // kAlwaysLive; aligned rows: none): as many as the shortest rows the plans give them hold in every lane (16 x 4 from
@@ -235,7 +239,7 @@ template <typename T> constexpr int many_rows_always_live(bool aligned, int lane
   return lanes == 32 && vpl == 2 ? 3 : 4;
 }
 // Whether an aligned kMany instantiation steps one held pointer over its vectors (load_group / store_group's kHeld):
-// fp64's of 4 vectors a lane (the aligned_many_rows log_softmax kernels, 16 and 32 lanes). Local sm_90a SASS, the
+// fp64's of 4 vectors a lane (the aligned_many_rows kernels, 16 and 32 lanes). Local sm_90a SASS, the
 // aligned 32 x 4 log_softmax kernel: each vector forming its own 64-bit address (IMAD.WIDE, LEA / LEA.HI.X, IMAD.X) took
 // it to 648 static instructions against the unaligned one's 528 (the same math); a held pointer: 552 (16 x 4: 640 ->
 // 544), 40 registers, no spills. H200, s110 call 1, us cold / streamed, two rounds, address per vector -> held (torch):

@@ -94,12 +94,12 @@ template <typename T, int kVpl> RowsKernel<T> pair_kernel(FixedRows fixed) {
 
 // Softmax or log_softmax (kFixed) of many rows (many_scalar_rows_compiled) on teams of `lanes` lanes: unaligned ones
 // element-wise or in pairs where pairs paid, the instantiation bound to many_scalar_rows_min_blocks, for fp64 the one
-// of that team width (many_rows_fixed_lanes); aligned ones (16-byte vectors) for fp64 log_softmax only
-// (aligned_many_rows). nullptr where none is compiled.
+// of that team width (many_rows_fixed_lanes); aligned ones (16-byte vectors) for fp64 only (aligned_many_rows).
+// nullptr where none is compiled.
 template <typename T, int kVpl, FixedRows kFixed, bool kAligned>
 RowsKernel<T> many_rows_kernel_of(bool pairs, int lanes) {
   constexpr bool kLog = kFixed == FixedRows::SafeLogSoftmax;
-  if constexpr (kAligned && !aligned_many_rows<T>(kVpl, kLog)) {
+  if constexpr (kAligned && !aligned_many_rows<T>(kVpl)) {
     return nullptr;
   } else if constexpr (many_scalar_rows_compiled<T>(kVpl, kLog) && many_rows_fixed_lanes<T>()) {
     if (pairs) return nullptr;
@@ -130,7 +130,7 @@ template <typename T, int kVpl, bool kAligned> RowsKernel<T> many_rows_kernel(Fi
 template <typename T, int kVpl>
 RowsKernel<T> warp_kernel(bool aligned, bool pairs, FixedRows fixed, bool on_grid, bool fold, int many_lanes) {
   if constexpr (kVpl <= RowsTraits<T>::kMaxVpt) {
-    if constexpr (aligned_many_rows<T>(kVpl, true)) {
+    if constexpr (aligned_many_rows<T>(kVpl)) {
       if (aligned && many_lanes > 0) {
         if (const RowsKernel<T> k = many_rows_kernel<T, kVpl, true>(fixed, false, many_lanes)) return k;
       }

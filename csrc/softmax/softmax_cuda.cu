@@ -485,6 +485,9 @@ bool unaligned_pipe_rows(const SoftmaxProblem& p, const RowsShape& s) {
 // Many 16-bit whole rows (>= 12 per SM) up to this long take the block kernel (many_short_whole_rows).
 constexpr int64_t kBlockMaxManyRowBytes = 40 * 1024;
 constexpr int64_t kWideWarpMinRowsPerSm = 32;  // step 1's rows beyond kMaxVpt vectors a lane (see there)
+// The most vectors a lane "auto" gives a warp row: 8, below fp64's compiled 16 (kDoubleWarpMaxVpl, session 112) until
+// those kernels are timed against the block kernel on a GPU; forced plans (kind=warp,vpt=16) reach them meanwhile.
+constexpr int kAutoWarpMaxVpl = 8;
 
 // Step 1's softmax and log_softmax rows held on the memory's grid, folded (plan.grid = 1; grid_softmax_compiled):
 // 16-bit unaligned rows of more than 8 vectors whose output lies on the input's grid, rows of at most 32 vectors (teams
@@ -794,8 +797,8 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
   // unaligned rows off the grid: 32 * kMaxVpt (warp_max_vpl is kMaxVpt for them but for fp64: kDoubleWarpMaxVpl)
   const bool online_on_chip = p.algorithm == SoftmaxAlgorithm::Online;
   const bool on_grid = grid_softmax_rows<T>(p, s, row_vecs);
-  const int64_t warp_vecs =
-      rows_for_wide_warps ? 32 * warp_max_vpl<T>(p.output, s.aligned || on_grid, online_on_chip) : 32 * Traits::kMaxVpt;
+  const int wide_vpl = std::min(warp_max_vpl<T>(p.output, s.aligned || on_grid, online_on_chip), kAutoWarpMaxVpl);
+  const int64_t warp_vecs = rows_for_wide_warps ? 32 * wide_vpl : 32 * Traits::kMaxVpt;
   if (row_vecs <= warp_vecs) {
     plan.kind = RowsKind::Warp;
     if (on_grid || half_team_rows<T>(p, s, row_vecs)) {  // 8-32 lanes of <= 4 vectors
@@ -1165,7 +1168,9 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
   if (plan.kind != RowsKind::Warp && plan.grid != 0) fail("grid is a key of kind=warp only");
 
   if (plan.kind == RowsKind::Warp) {
-    if (plan.vpt != 1 && plan.vpt != 2 && plan.vpt != 4 && plan.vpt != 8) fail("vpt must be 1, 2, 4 or 8");
+    if (plan.vpt != 1 && plan.vpt != 2 && plan.vpt != 4 && plan.vpt != 8 && plan.vpt != 16) {
+      fail("vpt must be 1, 2, 4, 8 or 16 (16: float64)");
+    }
     // Unaligned rows that lse_rows_on_grid allows, and softmax and log_softmax ones under grid=1, are held on the
     // memory's grid, in the slots of their own vectors (FoldedGranule); other unaligned rows element-wise.
     const int64_t row_vecs = ceil_div(s.len, kVec);

@@ -47,15 +47,26 @@ template <typename T> struct RowsTraits {
 // 64-thread blocks (two block reductions a row); heuristic_plan gives them the warp only where there are rows enough
 // (kWideWarpMinRowsPerSm). Unaligned logsumexp rows there are held as vectors on the memory's grid (ShiftedRawLoads;
 // lse_rows_on_grid).
-// fp64 rows take 8 vectors (16 doubles, 32 registers) a lane for every output and algorithm (kDoubleWarpMaxVpl), held
-// element by element whatever their alignment (softmax_rows.cu's warp_kernel says why): RowsTraits' 4 bounds the block
-// kernel, whose 1024-thread blocks get 64 registers, not the warp kernel's 256-thread ones. Why: rows of 257-512
+// fp64 rows take 8 vectors (16 doubles, 32 registers) a lane for every output and algorithm (kDoubleWarpGeneralMaxVpl),
+// held element by element whatever their alignment (softmax_rows.cu's warp_kernel says why): RowsTraits' 4 bounds the
+// block kernel, whose 1024-thread blocks get 64 registers, not the warp kernel's 256-thread ones. Why: rows of 257-512
 // doubles took the block kernel's 64-thread blocks (two block reductions a row), and fp64 softmax 16384x501 ran at
 // 0.78x torch (H200, s100 call 1: 46.0 / 43.6 us cold / streamed, torch 35.7 / 36.5).
 template <typename T> constexpr int kLseWarpMaxVpl = sizeof(T) == 2 ? 8 : RowsTraits<T>::kMaxVpt;
-constexpr int kDoubleWarpMaxVpl = 8;
+// Since session 112 fp64 softmax and log_softmax rows of 513-1024 elements under the max-then-sum reduction can run
+// 16 vectors (32 doubles) a lane on the fixed instantiations (94 and 102 registers, no spills, local ptxas sm_90a, at
+// 2 blocks of kWarpRowsThreads; launched at 128 threads): forced plans only, until timed on a GPU ("auto" stops at
+// softmax_cuda.cu's kAutoWarpMaxVpl). Logsumexp's and the online
+// algorithm's keep 8 (kDoubleWarpGeneralMaxVpl: the general instantiation at 16 took 128 registers and spilled 120
+// bytes). Why: session 111's survey had the block kernel run those rows at up to a third slower than torch's
+// warp-per-row kernel (32 elements a lane, 92 registers): softmax 65536x777 312 against 215 us cold, log_softmax
+// 314 against 204, 165 thread instructions an element against torch's 76 (ncu, NOTES "s111 call 5").
+constexpr int kDoubleWarpMaxVpl = 16;
+constexpr int kDoubleWarpGeneralMaxVpl = 8;
 template <typename T> constexpr int warp_max_vpl(SoftmaxOutput output, bool vectors, bool online) {
-  if constexpr (std::is_same_v<T, double>) return kDoubleWarpMaxVpl;
+  if constexpr (std::is_same_v<T, double>) {
+    return output == SoftmaxOutput::LogSumExp || online ? kDoubleWarpGeneralMaxVpl : kDoubleWarpMaxVpl;
+  }
   return output == SoftmaxOutput::LogSumExp || (vectors && !online) ? kLseWarpMaxVpl<T> : RowsTraits<T>::kMaxVpt;
 }
 // Unaligned rows whose warp-kernel lanes hold them as 16-byte vectors on the memory's grid (the edges masked), in the
@@ -91,7 +102,7 @@ constexpr int kWarpRowsThreads = 256;    // warp-per-row kernels: their bound, a
 // 65536x128, 16384x1024 (16-bit: 4 vectors a lane), fp32 65536x97, 16384x97 and bf16 131072x61 read level.
 constexpr int kWarpRowsSmallThreads = 128;
 inline int warp_rows_threads(SoftmaxOutput output, int vpl) {
-  return output == SoftmaxOutput::LogSumExp || vpl == 8 ? kWarpRowsSmallThreads : kWarpRowsThreads;
+  return output == SoftmaxOutput::LogSumExp || vpl >= 8 ? kWarpRowsSmallThreads : kWarpRowsThreads;
 }
 // Scalar (unaligned) warp rows of more than 8 values per lane run on whole warps: a compile-time team width
 // turns every element offset into an immediate, which keeps those variants out of spills and ran them faster
@@ -129,6 +140,7 @@ template <typename T> constexpr bool pair_rows_pay(int vpl, bool log_softmax) {
 // Spills at 64 registers: 16-bit rows at 32 values 4-16 bytes (sm_90a), 8 on sm_80 (76-84 bytes at 80).
 template <typename T> constexpr int scalar_rows_min_blocks(int vpl) {
   const int values = vpl * RowsTraits<T>::kVec;
+  if (sizeof(T) == 8 && values == 32) return 2;  // fp64 at 16 vectors: 32 doubles take 64 registers alone
   return values == 16 || (sizeof(T) == 2 && values == 32) ? 4 : 3;
 }
 // Unaligned 16-bit softmax and log_softmax rows of one vector a lane, many of them: a second instantiation compiled

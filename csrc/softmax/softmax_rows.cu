@@ -1,6 +1,7 @@
 // Launchers of the row-cached kernels: map (vectors per thread, aligned) onto the compiled instantiations. Instantiated
 // per dtype: warp kernel for 1, 2, 4 (and 8 where RowsTraits allows, for 16-bit rows of logsumexp and of softmax and
-// log_softmax, aligned and on the memory's grid: kLseWarpMaxVpl, and for fp64 rows: kDoubleWarpMaxVpl) vectors per lane
+// log_softmax, aligned and on the memory's grid: kLseWarpMaxVpl, and for fp64 rows: kDoubleWarpGeneralMaxVpl; 16 for
+// fp64 softmax and log_softmax under the max-then-sum reduction, kDoubleWarpMaxVpl) vectors per lane
 // (logsumexp of unaligned 16-bit and fp32 rows on the memory's grid too: lse_rows_on_grid; 16-bit softmax and
 // log_softmax of unaligned rows at 1 vector, fp32 log_softmax at 2 and fp64 softmax and log_softmax at 2 and 4 once
 // more for many rows, on a compile-time team of 32 lanes and at 4 of 16 too: many_scalar_rows_compiled,
@@ -159,7 +160,17 @@ RowsKernel<T> warp_kernel(bool aligned, bool pairs, FixedRows fixed, bool on_gri
     // torch): softmax 16384x512 39.6 -> 34.2 (35.0), 32768x400 63.6-64.9 -> 51.6 (53.5-55.1), log_softmax 16384x512
     // 41.8 -> 34.3 (34.3), 32768x400 68.4-68.9 -> 52.5 (52.4-52.8). At 4 vectors a lane the aligned ones were level or
     // faster (65536x256 66.4 against 67.4, 65536x128 34.0 against 38.1).
-    return softmax_warp_rows_kernel<T, kVpl, false>;
+    // At 16 vectors (softmax and log_softmax under the max-then-sum reduction only: kDoubleWarpMaxVpl) the fixed
+    // instantiations, still element by element: the general one spilled there.
+    if constexpr (kVpl > kDoubleWarpGeneralMaxVpl) {
+      if (fixed == FixedRows::SafeSoftmax) return softmax_warp_rows_kernel<T, kVpl, false, FixedRows::SafeSoftmax>;
+      if (fixed == FixedRows::SafeLogSoftmax) {
+        return softmax_warp_rows_kernel<T, kVpl, false, FixedRows::SafeLogSoftmax>;
+      }
+      return nullptr;
+    } else {
+      return softmax_warp_rows_kernel<T, kVpl, false>;
+    }
   } else if constexpr (kVpl <= kLseWarpMaxVpl<T>) {  // 16-bit: logsumexp, and softmax / log_softmax as vectors
     if (!aligned && on_grid && (fixed == FixedRows::SafeSoftmax || fixed == FixedRows::SafeLogSoftmax)) {
       return grid_softmax_kernel<T, kVpl>(fixed);
@@ -189,6 +200,9 @@ RowsKernel<T> select_warp_kernel(int vpl, bool aligned, bool pairs, FixedRows fi
     case 2: k = warp_kernel<T, 2>(aligned, pairs, fixed, on_grid, fold, many_lanes); break;
     case 4: k = warp_kernel<T, 4>(aligned, pairs, fixed, on_grid, fold, many_lanes); break;
     case 8: k = warp_kernel<T, 8>(aligned, pairs, fixed, on_grid, fold, many_lanes); break;
+    case 16:
+      if constexpr (std::is_same_v<T, double>) k = warp_kernel<T, 16>(aligned, pairs, fixed, on_grid, fold, many_lanes);
+      break;
     default: break;
   }
   TORCH_CHECK(k != nullptr, "flash_attn_ext softmax: no warp-per-row kernel for ", vpl, " vectors per lane");

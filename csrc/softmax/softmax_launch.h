@@ -69,6 +69,16 @@ template <typename T> constexpr int warp_max_vpl(SoftmaxOutput output, bool vect
   }
   return output == SoftmaxOutput::LogSumExp || (vectors && !online) ? kLseWarpMaxVpl<T> : RowsTraits<T>::kMaxVpt;
 }
+// Block-per-row softmax and log_softmax of whole rows under the max-then-sum reduction without shared-memory vectors,
+// at the large size: an instantiation with the output fixed at compile time (the block kernel's kFixed, as logsumexp's
+// always has), compiled for fp64 (block_rows_fixed_compiled) since session 112 and launched where block_rows_fixed
+// says: nowhere yet, until timed on a GPU against the general one. Why: session 111's ncu had the general fp64 kernel
+// at 58 registers, which hold an SM to one 544-thread block (rows of 4097: 26.6 % occupancy, DRAM 32 %; log_softmax
+// 16384x4097 575 us against torch's 370), and at 165 thread instructions an element (65536x777) against torch's 76.
+// Local ptxas sm_90a, fixed: see NOTES (session 112).
+template <typename T> constexpr bool block_rows_fixed_compiled() { return sizeof(T) == 8; }
+template <typename T> constexpr bool block_rows_fixed() { return false && block_rows_fixed_compiled<T>(); }
+constexpr int kFixedBlockRowsRegisters = 40;
 // Unaligned rows whose warp-kernel lanes hold them as 16-byte vectors on the memory's grid (the edges masked), in the
 // slots of the row's own vectors (the granule past them folded in: FoldedGranule), at any width: logsumexp of 16-bit
 // rows, which then take the aligned rows' packed reduction (packed_lse.cuh), and of fp32 rows (load_row_folded, then

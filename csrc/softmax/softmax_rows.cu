@@ -209,13 +209,25 @@ RowsKernel<T> select_warp_kernel(int vpl, bool aligned, bool pairs, FixedRows fi
   return k;
 }
 
-// lse: the instantiation fixed to logsumexp of whole rows (kLse), compiled at the large size only (what "auto" takes).
-template <typename T> RowsKernel<T> select_block_kernel(int vpt, bool aligned, bool lse = false) {
+// fixed: the instantiation fixed to one output for whole rows under the max-then-sum reduction (the block kernel's
+// kFixed), compiled at the large size only (what "auto" takes): logsumexp's for every dtype, softmax's and
+// log_softmax's where block_rows_fixed_compiled says.
+template <typename T> RowsKernel<T> select_block_kernel(int vpt, bool aligned, FixedRows fixed = FixedRows::General) {
   constexpr int kSmall = RowsTraits<T>::kSmallVpt;
   constexpr int kLarge = RowsTraits<T>::kMaxVpt;
-  if (lse && vpt == kLarge) {
-    return aligned ? softmax_block_rows_kernel<T, kLarge, true, true>
-                   : softmax_block_rows_kernel<T, kLarge, false, true>;
+  if (fixed == FixedRows::SafeLogSumExp && vpt == kLarge) {
+    return aligned ? softmax_block_rows_kernel<T, kLarge, true, FixedRows::SafeLogSumExp>
+                   : softmax_block_rows_kernel<T, kLarge, false, FixedRows::SafeLogSumExp>;
+  }
+  if constexpr (block_rows_fixed_compiled<T>()) {
+    if (fixed == FixedRows::SafeSoftmax && vpt == kLarge) {
+      return aligned ? softmax_block_rows_fixed_kernel<T, kLarge, true, FixedRows::SafeSoftmax>
+                     : softmax_block_rows_fixed_kernel<T, kLarge, false, FixedRows::SafeSoftmax>;
+    }
+    if (fixed == FixedRows::SafeLogSoftmax && vpt == kLarge) {
+      return aligned ? softmax_block_rows_fixed_kernel<T, kLarge, true, FixedRows::SafeLogSoftmax>
+                     : softmax_block_rows_fixed_kernel<T, kLarge, false, FixedRows::SafeLogSoftmax>;
+    }
   }
   if (vpt == kSmall) {
     return aligned ? softmax_block_rows_kernel<T, kSmall, true> : softmax_block_rows_kernel<T, kSmall, false>;
@@ -260,8 +272,16 @@ template <typename T> int block_rows_blocks_per_sm(int vpt, bool aligned, int th
 template <typename T>
 void launch_block_rows(const RowsParams<T>& p, int vpt, bool aligned, int threads, int grid, cudaStream_t stream) {
   const size_t smem = aligned ? static_cast<size_t>(threads) * p.smem_vecs * 16 : 0;
-  const bool lse = p.output == SoftmaxOutput::LogSumExp && p.chunks == 1 && !p.online && smem == 0;
-  const RowsKernel<T> k = select_block_kernel<T>(vpt, aligned, lse);
+  // whole rows under the max-then-sum reduction without shared-memory vectors: an instantiation fixed to the output
+  // (logsumexp's always; softmax's and log_softmax's where block_rows_fixed says)
+  const bool whole = p.chunks == 1 && !p.online && smem == 0;
+  FixedRows fixed = FixedRows::General;
+  if (whole && p.output == SoftmaxOutput::LogSumExp) {
+    fixed = FixedRows::SafeLogSumExp;
+  } else if (whole && block_rows_fixed<T>() && vpt == RowsTraits<T>::kMaxVpt) {
+    fixed = p.output == SoftmaxOutput::Softmax ? FixedRows::SafeSoftmax : FixedRows::SafeLogSoftmax;
+  }
+  const RowsKernel<T> k = select_block_kernel<T>(vpt, aligned, fixed);
   allow_dynamic_smem(k, smem);
   // Split-row blocks (chunks > 1) wait for each other: a cooperative launch.
   launch_kernel(k, grid, threads, smem, stream, p.chunks == 1 ? LaunchKind::Plain : LaunchKind::Cooperative, p);

@@ -485,7 +485,7 @@ bool unaligned_pipe_rows(const SoftmaxProblem& p, const RowsShape& s) {
 // Many 16-bit whole rows (>= 12 per SM) up to this long take the block kernel (many_short_whole_rows).
 constexpr int64_t kBlockMaxManyRowBytes = 40 * 1024;
 constexpr int64_t kWideWarpMinRowsPerSm = 32;  // step 1's rows beyond kMaxVpt vectors a lane (see there)
-// The most vectors a lane "auto" gives a warp row: 8, below fp64's compiled 16 (kDoubleWarpMaxVpl, session 112) until
+// The most vectors a lane "auto" gives a warp row: 8, below fp64's compiled 16 (kDoubleWarpMaxVpl, session 111) until
 // those kernels are timed against the block kernel on a GPU; forced plans (kind=warp,vpt=16) reach them meanwhile.
 constexpr int kAutoWarpMaxVpl = 8;
 

@@ -398,7 +398,7 @@ __global__ void __launch_bounds__(kMaxBlockThreads,
 }
 
 // Softmax and log_softmax of whole rows, the output fixed (block_rows_fixed_compiled: fp64), in at most
-// kFixedBlockRowsRegisters registers (no spills, local ptxas sm_90a, session 112): three blocks of 544 threads (rows of
+// kFixedBlockRowsRegisters registers (no spills, local ptxas sm_90a, session 111): three blocks of 544 threads (rows of
 // 4097 doubles) share an SM, where the general kernel's 58 held it to one. A kernel of its own: __maxnreg__ and
 // __launch_bounds__ do not go together, and the bound has no block size to name (blocks of up to 1024 threads).
 template <typename T, int kVpt, bool kAligned, FixedRows kFixed>

@@ -898,7 +898,7 @@ def test_unaligned_logsumexp_grid_rows_cuda():
 @pytest.mark.cuda
 @requires_cuda
 def test_fp64_wide_warp_rows_cuda():
-    # fp64 rows of 257-512 elements on one warp each, 8 vectors (16 doubles) a lane (kDoubleWarpMaxVpl) where rows give
+    # fp64 rows of 257-512 elements on one warp each, 8 vectors (16 doubles) a lane (kDoubleWarpGeneralMaxVpl) where rows give
     # every SM kWideWarpMinRowsPerSm, every output and algorithm, element by element on the general instantiation,
     # aligned or not (since session 102; aligned ones had fixed instantiations of their own), as are unaligned softmax
     # and log_softmax rows of 162-256 elements (logsumexp's stay on 4 vectors; since session 101 auto's rows of 129-161

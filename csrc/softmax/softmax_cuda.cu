@@ -794,7 +794,7 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
   const int64_t row_vecs = ceil_div(s.len, Traits::kVec);
   const bool rows_for_wide_warps = s.rows >= kWideWarpMinRowsPerSm * s.sms;
   const bool grid_rows = !s.aligned && lse_rows_on_grid<T>(p.output);
-  // unaligned rows off the grid: 32 * kMaxVpt (warp_max_vpl is kMaxVpt for them but for fp64: kDoubleWarpMaxVpl)
+  // unaligned rows off the grid: 32 * kMaxVpt (warp_max_vpl is kMaxVpt for them but for fp64: 8 or 16, kAutoWarpMaxVpl)
   const bool online_on_chip = p.algorithm == SoftmaxAlgorithm::Online;
   const bool on_grid = grid_softmax_rows<T>(p, s, row_vecs);
   const int wide_vpl = std::min(warp_max_vpl<T>(p.output, s.aligned || on_grid, online_on_chip), kAutoWarpMaxVpl);
@@ -819,8 +819,8 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
       plan.vpt = static_cast<int>(next_pow2(ceil_div(row_vecs, plan.lanes)));
     }
     // Unaligned fp64 softmax and log_softmax rows of 65-128 vectors (129-256 elements), many of them: whole warps of 8
-    // vectors a lane (kDoubleWarpMaxVpl; the rows end in a lane's first 5, kHead), not 32 lanes of 4. Why: the kernel
-    // of 8 values a lane is bound to 3 blocks of 256 threads an SM (scalar_rows_min_blocks: 74-78 registers then, 56-63
+    // vectors a lane (kDoubleWarpGeneralMaxVpl; the rows end in a lane's first 5, kHead), not 32 lanes of 4. Why: the
+    // kernel of 8 values a lane is bound to 3 blocks of 256 threads an SM (scalar_rows_min_blocks: 74-78 registers then, 56-63
     // since session 101's live_vectors), the one
     // of 16 to 4 (62 registers; launched at 128 threads), twice the bytes in flight a warp and more warps. H200, s100
     // call 3, us cold / streamed, 4 -> 8 vectors: softmax 32768x255 56.4 / 56.7 -> 37.1 / 36.0, 65536x199 89.0 / 89.2
@@ -845,7 +845,7 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
       if (plan.vpt == 4 && fixed && (s.len <= kDoubleFourVectorMaxLen || many_long_rows)) {
         plan.threads = kWarpRowsSmallThreads;
       } else if (plan.vpt == 4) {
-        plan.vpt = kDoubleWarpMaxVpl;
+        plan.vpt = kDoubleWarpGeneralMaxVpl;
       } else if (plan.vpt == 2 && fixed && s.len <= double_half_team_max_len(p.output)) {
         plan.lanes = 16;
         plan.vpt = 4;

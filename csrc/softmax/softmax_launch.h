@@ -35,7 +35,7 @@ template <typename T> struct RowsTraits {
   static constexpr int kMaxVpt = sizeof(acc_t<T>) == 8 ? 4 : 32 / kVec;  // largest vectors per thread
   static constexpr int kSmallVpt = kMaxVpt / 4;                         // the other block-kernel size
   static_assert(kVec * static_cast<int>(sizeof(T)) == 16, "element size must divide 16 bytes");
-  static_assert(kMaxVpt == 4 || kMaxVpt == 8, "warp kernels are compiled for 1, 2, 4 (and 8) vectors");
+  static_assert(kMaxVpt == 4 || kMaxVpt == 8, "warp kernels are compiled for 1, 2, 4 (and 8, fp64 16) vectors");
   static_assert(kSmallVpt >= 1, "block kernels need a small size of at least one vector");
 };
 
@@ -75,7 +75,8 @@ template <typename T> constexpr int warp_max_vpl(SoftmaxOutput output, bool vect
 // says: nowhere yet, until timed on a GPU against the general one. Why: session 111's ncu had the general fp64 kernel
 // at 58 registers, which hold an SM to one 544-thread block (rows of 4097: 26.6 % occupancy, DRAM 32 %; log_softmax
 // 16384x4097 575 us against torch's 370), and at 165 thread instructions an element (65536x777) against torch's 76.
-// Local ptxas sm_90a: 40 registers (kFixedBlockRowsRegisters), no spills, 1064-1248 SASS instructions against 4056-4096.
+// Local ptxas sm_90a: 40 registers (kFixedBlockRowsRegisters), no spills, 1064-1248 SASS instructions against
+// 4056-4096.
 template <typename T> constexpr bool block_rows_fixed_compiled() { return sizeof(T) == 8; }
 template <typename T> constexpr bool block_rows_fixed() { return false && block_rows_fixed_compiled<T>(); }
 constexpr int kFixedBlockRowsRegisters = 40;
@@ -96,8 +97,8 @@ template <typename T> constexpr bool lse_rows_on_grid(SoftmaxOutput output) {
 template <typename T> constexpr bool grid_softmax_compiled = sizeof(T) == 2;
 
 constexpr int kWarpRowsThreads = 256;    // warp-per-row kernels: their bound, and the block of most plans (below)
-// The block of logsumexp's warp-per-row plans and of softmax and log_softmax rows of 8 vectors a lane, aligned or not
-// (16-bit rows of 1025-2048 elements, fp32 of 513-1024), unless forced (threads=; the kernels take any multiple of 32
+// The block of logsumexp's warp-per-row plans and of softmax and log_softmax rows of 8 vectors a lane or more, aligned
+// or not (16-bit rows of 1025-2048 elements, fp32 of 513-1024, fp64 of 513-1024 at 16), unless forced (threads=; the kernels take any multiple of 32
 // up to kWarpRowsThreads): warp_rows_threads. Why, H200, us cold / streamed, 256 -> 128 threads, two rounds: s98 call 1
 // (unaligned fp32 rows, element-wise or in pairs, 32 lanes x 8 vectors) softmax 65536x641 87.3-87.6 / 87.2-87.3 ->
 // 85.4-85.5 / 85.2-85.3, log_softmax 65536x641 86.6-86.9 / 87.3-87.4 -> 84.9-85.5 / 85.4-85.6, 32768x1001 65.9-66.1 /

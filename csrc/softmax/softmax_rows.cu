@@ -6,7 +6,8 @@
 // log_softmax of unaligned rows at 1 vector, fp32 log_softmax at 2 and fp64 softmax and log_softmax at 2 and 4 once
 // more for many rows, on a compile-time team of 32 lanes and at 4 of 16 too: many_scalar_rows_compiled,
 // many_rows_fixed_lanes), block kernel for RowsTraits' small and large vectors per
-// thread, each aligned and scalar (and at the large size the block kernel fixed to logsumexp, kLse).
+// thread, each aligned and scalar (and at the large size the block kernel fixed to logsumexp, and for fp64 to softmax
+// and log_softmax: softmax_block_rows_fixed_kernel).
 #include <type_traits>
 
 #include <c10/util/Exception.h>

@@ -2047,6 +2047,10 @@ def test_forced_warp_vpt_beyond_the_op_errors_cuda():
         out = softmax_error_in_fresh_process(x_expr, -1, "RuntimeError", op, call_args,
                                              FAE_SOFTMAX_CONFIG="kind=warp,vpt=16")
         assert "raised:" in out and "largest compiled warp kernel" in out, (op, x_expr, call_args, out)
+    # and only rows of at least 512 elements (each lane's first 16 load unpredicated: widest_rows_always_live)
+    out = softmax_error_in_fresh_process("torch.randn(64, 511, device='cuda', dtype=torch.float64)", -1,
+                                         "RuntimeError", FAE_SOFTMAX_CONFIG="kind=warp,vpt=16")
+    assert "raised:" in out and "at least 512 elements" in out, out
 
 
 @pytest.mark.cuda

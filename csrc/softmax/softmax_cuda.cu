@@ -1181,6 +1181,9 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
     if (plan.vpt > warp_max_vpl<T>(p.output, s.aligned || grid_softmax, online_on_chip)) {
       fail("vpt above the largest compiled warp kernel for this dtype and output");
     }
+    if (plan.vpt > kDoubleWarpGeneralMaxVpl && s.len < 32 * int64_t(widest_rows_always_live<T>(plan.vpt))) {
+      fail("vpt=16 holds float64 rows of at least 512 elements (each lane's first 16 load unpredicated)");
+    }
     const bool on_grid = !s.aligned && (lse_rows_on_grid<T>(p.output) || grid_softmax);
     const bool whole_warp = whole_warp_team<T>(s.aligned, on_grid, plan.vpt);
     if (plan.lanes == 0) {

@@ -261,6 +261,14 @@ template <typename T> constexpr int many_rows_always_live(bool aligned, int lane
   if (aligned || !many_rows_fixed_lanes<T>()) return 0;
   return lanes == 32 && vpl == 2 ? 3 : 4;
 }
+// The same for fp64's warp rows of 16 vectors a lane (kDoubleWarpMaxVpl, always a whole warp element by element): each
+// lane's first 16 elements, so those kernels run rows of >= 512 elements only (launch_plan checks forced plans; auto
+// gives them 513-1024). Local sm_90a SASS, the log_softmax kernel: with every load predicated, ptxas issued 6 of a
+// lane's 32 loads and then each of the others only after the one before it had landed (a memory round trip each).
+constexpr int kDoubleWidestAlwaysLive = 16;
+template <typename T> constexpr int widest_rows_always_live(int vpl) {
+  return std::is_same_v<T, double> && vpl > kDoubleWarpGeneralMaxVpl ? kDoubleWidestAlwaysLive : 0;
+}
 // Whether an aligned kMany instantiation steps one held pointer over its vectors (load_group / store_group's kHeld):
 // fp64's of 4 vectors a lane (the aligned_many_rows kernels, 16 and 32 lanes). Local sm_90a SASS, the
 // aligned 32 x 4 log_softmax kernel: each vector forming its own 64-bit address (IMAD.WIDE, LEA / LEA.HI.X, IMAD.X) took

@@ -207,7 +207,9 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? (kMany ? many_sca
     } else {
       // fp64 many-rows kernels: each lane's first elements without a predicate (many_rows_always_live). A team past
       // the last row reads them from the tensor's first row (offset 0), which holds them, and stores nothing.
-      constexpr int kAlwaysLive = kMany && kLanes != 0 ? many_rows_always_live<T>(kAligned, kLanes, kVpl) : 0;
+      constexpr int kAlwaysLive = kMany && kLanes != 0 ? many_rows_always_live<T>(kAligned, kLanes, kVpl)
+                                  : !kAligned        ? widest_rows_always_live<T>(kVpl)
+                                                     : 0;
       load_group<T, kVpl, kAligned, kAlwaysLive, kHeldVectors>(p.x + offset, len, 0, lanes, li, v);
     }
     // Aligned rows and fp64 rows only: the other wide-warp rows (kVpl > kMaxVpt), logsumexp's and kRawRows, are above.

@@ -54,7 +54,7 @@ template <typename T> struct RowsTraits {
 // 0.78x torch (H200, s100 call 1: 46.0 / 43.6 us cold / streamed, torch 35.7 / 36.5).
 template <typename T> constexpr int kLseWarpMaxVpl = sizeof(T) == 2 ? 8 : RowsTraits<T>::kMaxVpt;
 // Since session 111 fp64 softmax and log_softmax rows of 513-1024 elements under the max-then-sum reduction can run
-// 16 vectors (32 doubles) a lane on the fixed instantiations (94 and 102 registers, no spills, local ptxas sm_90a, at
+// 16 vectors (32 doubles) a lane on the fixed instantiations (102 and 106 registers, no spills, local ptxas sm_90a, at
 // 2 blocks of kWarpRowsThreads; launched at 128 threads): forced plans only, until timed on a GPU ("auto" stops at
 // softmax_cuda.cu's kAutoWarpMaxVpl). Logsumexp's and the online
 // algorithm's keep 8 (kDoubleWarpGeneralMaxVpl: the general instantiation at 16 took 128 registers and spilled 120

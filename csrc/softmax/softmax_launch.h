@@ -98,8 +98,8 @@ template <typename T> constexpr bool grid_softmax_compiled = sizeof(T) == 2;
 
 constexpr int kWarpRowsThreads = 256;    // warp-per-row kernels: their bound, and the block of most plans (below)
 // The block of logsumexp's warp-per-row plans and of softmax and log_softmax rows of 8 vectors a lane or more, aligned
-// or not (16-bit rows of 1025-2048 elements, fp32 of 513-1024, fp64 of 513-1024 at 16), unless forced (threads=; the kernels take any multiple of 32
-// up to kWarpRowsThreads): warp_rows_threads. Why, H200, us cold / streamed, 256 -> 128 threads, two rounds: s98 call 1
+// or not (16-bit rows of 1025-2048 elements, fp32 of 513-1024, fp64 of 513-1024 at 16), unless forced (threads=; the
+// kernels take any multiple of 32 up to kWarpRowsThreads): warp_rows_threads. Why, H200, us cold / streamed, 256 -> 128 threads, two rounds: s98 call 1
 // (unaligned fp32 rows, element-wise or in pairs, 32 lanes x 8 vectors) softmax 65536x641 87.3-87.6 / 87.2-87.3 ->
 // 85.4-85.5 / 85.2-85.3, log_softmax 65536x641 86.6-86.9 / 87.3-87.4 -> 84.9-85.5 / 85.4-85.6, 32768x1001 65.9-66.1 /
 // 66.5-66.7 -> 65.5 / 66.2-66.3, softmax 32768x1001 level; aligned fp32 rows under "online" (at 128 since s97) against

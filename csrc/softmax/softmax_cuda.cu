@@ -485,9 +485,6 @@ bool unaligned_pipe_rows(const SoftmaxProblem& p, const RowsShape& s) {
 // Many 16-bit whole rows (>= 12 per SM) up to this long take the block kernel (many_short_whole_rows).
 constexpr int64_t kBlockMaxManyRowBytes = 40 * 1024;
 constexpr int64_t kWideWarpMinRowsPerSm = 32;  // step 1's rows beyond kMaxVpt vectors a lane (see there)
-// The most vectors a lane "auto" gives a warp row: 8, below fp64's compiled 16 (kDoubleWarpMaxVpl, session 111) until
-// those kernels are timed against the block kernel on a GPU; forced plans (kind=warp,vpt=16) reach them meanwhile.
-constexpr int kAutoWarpMaxVpl = 8;
 
 // Step 1's softmax and log_softmax rows held on the memory's grid, folded (plan.grid = 1; grid_softmax_compiled):
 // 16-bit unaligned rows of more than 8 vectors whose output lies on the input's grid, rows of at most 32 vectors (teams
@@ -794,11 +791,11 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
   const int64_t row_vecs = ceil_div(s.len, Traits::kVec);
   const bool rows_for_wide_warps = s.rows >= kWideWarpMinRowsPerSm * s.sms;
   const bool grid_rows = !s.aligned && lse_rows_on_grid<T>(p.output);
-  // unaligned rows off the grid: 32 * kMaxVpt (warp_max_vpl is kMaxVpt for them but for fp64: 8 or 16, kAutoWarpMaxVpl)
+  // unaligned rows off the grid: 32 * kMaxVpt (warp_max_vpl is kMaxVpt for them but for fp64: kDoubleWarpMaxVpl)
   const bool online_on_chip = p.algorithm == SoftmaxAlgorithm::Online;
   const bool on_grid = grid_softmax_rows<T>(p, s, row_vecs);
-  const int wide_vpl = std::min(warp_max_vpl<T>(p.output, s.aligned || on_grid, online_on_chip), kAutoWarpMaxVpl);
-  const int64_t warp_vecs = rows_for_wide_warps ? 32 * wide_vpl : 32 * Traits::kMaxVpt;
+  const int64_t warp_vecs =
+      rows_for_wide_warps ? 32 * warp_max_vpl<T>(p.output, s.aligned || on_grid, online_on_chip) : 32 * Traits::kMaxVpt;
   if (row_vecs <= warp_vecs) {
     plan.kind = RowsKind::Warp;
     if (on_grid || half_team_rows<T>(p, s, row_vecs)) {  // 8-32 lanes of <= 4 vectors
@@ -819,8 +816,8 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
       plan.vpt = static_cast<int>(next_pow2(ceil_div(row_vecs, plan.lanes)));
     }
     // Unaligned fp64 softmax and log_softmax rows of 65-128 vectors (129-256 elements), many of them: whole warps of 8
-    // vectors a lane (kDoubleWarpGeneralMaxVpl; the rows end in a lane's first 5, kHead), not 32 lanes of 4. Why: the
-    // kernel of 8 values a lane is bound to 3 blocks of 256 threads an SM (scalar_rows_min_blocks: 74-78 registers then, 56-63
+    // vectors a lane (kDoubleWarpMaxVpl; the rows end in a lane's first 5, kHead), not 32 lanes of 4. Why: the kernel
+    // of 8 values a lane is bound to 3 blocks of 256 threads an SM (scalar_rows_min_blocks: 74-78 registers then, 56-63
     // since session 101's live_vectors), the one
     // of 16 to 4 (62 registers; launched at 128 threads), twice the bytes in flight a warp and more warps. H200, s100
     // call 3, us cold / streamed, 4 -> 8 vectors: softmax 32768x255 56.4 / 56.7 -> 37.1 / 36.0, 65536x199 89.0 / 89.2
@@ -845,7 +842,7 @@ template <typename T> RowsPlan heuristic_plan(const SoftmaxProblem& p, const Row
       if (plan.vpt == 4 && fixed && (s.len <= kDoubleFourVectorMaxLen || many_long_rows)) {
         plan.threads = kWarpRowsSmallThreads;
       } else if (plan.vpt == 4) {
-        plan.vpt = kDoubleWarpGeneralMaxVpl;
+        plan.vpt = kDoubleWarpMaxVpl;
       } else if (plan.vpt == 2 && fixed && s.len <= double_half_team_max_len(p.output)) {
         plan.lanes = 16;
         plan.vpt = 4;
@@ -1168,9 +1165,7 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
   if (plan.kind != RowsKind::Warp && plan.grid != 0) fail("grid is a key of kind=warp only");
 
   if (plan.kind == RowsKind::Warp) {
-    if (plan.vpt != 1 && plan.vpt != 2 && plan.vpt != 4 && plan.vpt != 8 && plan.vpt != 16) {
-      fail("vpt must be 1, 2, 4, 8 or 16 (16: float64)");
-    }
+    if (plan.vpt != 1 && plan.vpt != 2 && plan.vpt != 4 && plan.vpt != 8) fail("vpt must be 1, 2, 4 or 8");
     // Unaligned rows that lse_rows_on_grid allows, and softmax and log_softmax ones under grid=1, are held on the
     // memory's grid, in the slots of their own vectors (FoldedGranule); other unaligned rows element-wise.
     const int64_t row_vecs = ceil_div(s.len, kVec);
@@ -1180,9 +1175,6 @@ void launch_plan(const SoftmaxProblem& p, const RowsShape& s, RowsPlan plan, cud
     if (grid_softmax && online_on_chip) fail("grid=1 is compiled for the max-then-sum reduction (safe or auto) only");
     if (plan.vpt > warp_max_vpl<T>(p.output, s.aligned || grid_softmax, online_on_chip)) {
       fail("vpt above the largest compiled warp kernel for this dtype and output");
-    }
-    if (plan.vpt > kDoubleWarpGeneralMaxVpl && s.len < 32 * int64_t(widest_rows_always_live<T>(plan.vpt))) {
-      fail("vpt=16 holds float64 rows of at least 512 elements (each lane's first 16 load unpredicated)");
     }
     const bool on_grid = !s.aligned && (lse_rows_on_grid<T>(p.output) || grid_softmax);
     const bool whole_warp = whole_warp_team<T>(s.aligned, on_grid, plan.vpt);

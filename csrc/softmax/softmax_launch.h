@@ -35,7 +35,7 @@ template <typename T> struct RowsTraits {
   static constexpr int kMaxVpt = sizeof(acc_t<T>) == 8 ? 4 : 32 / kVec;  // largest vectors per thread
   static constexpr int kSmallVpt = kMaxVpt / 4;                         // the other block-kernel size
   static_assert(kVec * static_cast<int>(sizeof(T)) == 16, "element size must divide 16 bytes");
-  static_assert(kMaxVpt == 4 || kMaxVpt == 8, "warp kernels are compiled for 1, 2, 4 (and 8, fp64 16) vectors");
+  static_assert(kMaxVpt == 4 || kMaxVpt == 8, "warp kernels are compiled for 1, 2, 4 (and 8) vectors");
   static_assert(kSmallVpt >= 1, "block kernels need a small size of at least one vector");
 };
 
@@ -47,39 +47,17 @@ template <typename T> struct RowsTraits {
 // 64-thread blocks (two block reductions a row); heuristic_plan gives them the warp only where there are rows enough
 // (kWideWarpMinRowsPerSm). Unaligned logsumexp rows there are held as vectors on the memory's grid (ShiftedRawLoads;
 // lse_rows_on_grid).
-// fp64 rows take 8 vectors (16 doubles, 32 registers) a lane for every output and algorithm (kDoubleWarpGeneralMaxVpl),
-// held element by element whatever their alignment (softmax_rows.cu's warp_kernel says why): RowsTraits' 4 bounds the
-// block kernel, whose 1024-thread blocks get 64 registers, not the warp kernel's 256-thread ones. Why: rows of 257-512
+// fp64 rows take 8 vectors (16 doubles, 32 registers) a lane for every output and algorithm (kDoubleWarpMaxVpl), held
+// element by element whatever their alignment (softmax_rows.cu's warp_kernel says why): RowsTraits' 4 bounds the block
+// kernel, whose 1024-thread blocks get 64 registers, not the warp kernel's 256-thread ones. Why: rows of 257-512
 // doubles took the block kernel's 64-thread blocks (two block reductions a row), and fp64 softmax 16384x501 ran at
 // 0.78x torch (H200, s100 call 1: 46.0 / 43.6 us cold / streamed, torch 35.7 / 36.5).
 template <typename T> constexpr int kLseWarpMaxVpl = sizeof(T) == 2 ? 8 : RowsTraits<T>::kMaxVpt;
-// Since session 111 fp64 softmax and log_softmax rows of 513-1024 elements under the max-then-sum reduction can run
-// 16 vectors (32 doubles) a lane on the fixed instantiations (102 and 106 registers, no spills, local ptxas sm_90a, at
-// 2 blocks of kWarpRowsThreads; launched at 128 threads): forced plans only, until timed on a GPU ("auto" stops at
-// softmax_cuda.cu's kAutoWarpMaxVpl). Logsumexp's and the online
-// algorithm's keep 8 (kDoubleWarpGeneralMaxVpl: the general instantiation at 16 took 128 registers and spilled 120
-// bytes). Why: session 111's survey had the block kernel run those rows at up to a third slower than torch's
-// warp-per-row kernel (32 elements a lane, 92 registers): softmax 65536x777 312 against 215 us cold, log_softmax
-// 314 against 204, 165 thread instructions an element against torch's 76 (ncu, NOTES "s111 call 5").
-constexpr int kDoubleWarpMaxVpl = 16;
-constexpr int kDoubleWarpGeneralMaxVpl = 8;
+constexpr int kDoubleWarpMaxVpl = 8;
 template <typename T> constexpr int warp_max_vpl(SoftmaxOutput output, bool vectors, bool online) {
-  if constexpr (std::is_same_v<T, double>) {
-    return output == SoftmaxOutput::LogSumExp || online ? kDoubleWarpGeneralMaxVpl : kDoubleWarpMaxVpl;
-  }
+  if constexpr (std::is_same_v<T, double>) return kDoubleWarpMaxVpl;
   return output == SoftmaxOutput::LogSumExp || (vectors && !online) ? kLseWarpMaxVpl<T> : RowsTraits<T>::kMaxVpt;
 }
-// Block-per-row softmax and log_softmax of whole rows under the max-then-sum reduction without shared-memory vectors,
-// at the large size: an instantiation with the output fixed at compile time (the block kernel's kFixed, as logsumexp's
-// always has), compiled for fp64 (block_rows_fixed_compiled) since session 111 and launched where block_rows_fixed
-// says: nowhere yet, until timed on a GPU against the general one. Why: session 111's ncu had the general fp64 kernel
-// at 58 registers, which hold an SM to one 544-thread block (rows of 4097: 26.6 % occupancy, DRAM 32 %; log_softmax
-// 16384x4097 575 us against torch's 370), and at 165 thread instructions an element (65536x777) against torch's 76.
-// Local ptxas sm_90a: 40 registers (kFixedBlockRowsRegisters), no spills, 1064-1248 SASS instructions against
-// 4056-4096.
-template <typename T> constexpr bool block_rows_fixed_compiled() { return sizeof(T) == 8; }
-template <typename T> constexpr bool block_rows_fixed() { return false && block_rows_fixed_compiled<T>(); }
-constexpr int kFixedBlockRowsRegisters = 40;
 // Unaligned rows whose warp-kernel lanes hold them as 16-byte vectors on the memory's grid (the edges masked), in the
 // slots of the row's own vectors (the granule past them folded in: FoldedGranule), at any width: logsumexp of 16-bit
 // rows, which then take the aligned rows' packed reduction (packed_lse.cuh), and of fp32 rows (load_row_folded, then
@@ -97,9 +75,9 @@ template <typename T> constexpr bool lse_rows_on_grid(SoftmaxOutput output) {
 template <typename T> constexpr bool grid_softmax_compiled = sizeof(T) == 2;
 
 constexpr int kWarpRowsThreads = 256;    // warp-per-row kernels: their bound, and the block of most plans (below)
-// The block of logsumexp's warp-per-row plans and of softmax and log_softmax rows of 8 vectors a lane or more, aligned
-// or not (16-bit rows of 1025-2048 elements, fp32 of 513-1024, fp64 of 513-1024 at 16), unless forced (threads=; the
-// kernels take any multiple of 32 up to kWarpRowsThreads): warp_rows_threads. Why, H200, us cold / streamed, 256 -> 128 threads, two rounds: s98 call 1
+// The block of logsumexp's warp-per-row plans and of softmax and log_softmax rows of 8 vectors a lane, aligned or not
+// (16-bit rows of 1025-2048 elements, fp32 of 513-1024), unless forced (threads=; the kernels take any multiple of 32
+// up to kWarpRowsThreads): warp_rows_threads. Why, H200, us cold / streamed, 256 -> 128 threads, two rounds: s98 call 1
 // (unaligned fp32 rows, element-wise or in pairs, 32 lanes x 8 vectors) softmax 65536x641 87.3-87.6 / 87.2-87.3 ->
 // 85.4-85.5 / 85.2-85.3, log_softmax 65536x641 86.6-86.9 / 87.3-87.4 -> 84.9-85.5 / 85.4-85.6, 32768x1001 65.9-66.1 /
 // 66.5-66.7 -> 65.5 / 66.2-66.3, softmax 32768x1001 level; aligned fp32 rows under "online" (at 128 since s97) against
@@ -113,7 +91,7 @@ constexpr int kWarpRowsThreads = 256;    // warp-per-row kernels: their bound, a
 // 65536x128, 16384x1024 (16-bit: 4 vectors a lane), fp32 65536x97, 16384x97 and bf16 131072x61 read level.
 constexpr int kWarpRowsSmallThreads = 128;
 inline int warp_rows_threads(SoftmaxOutput output, int vpl) {
-  return output == SoftmaxOutput::LogSumExp || vpl >= 8 ? kWarpRowsSmallThreads : kWarpRowsThreads;
+  return output == SoftmaxOutput::LogSumExp || vpl == 8 ? kWarpRowsSmallThreads : kWarpRowsThreads;
 }
 // Scalar (unaligned) warp rows of more than 8 values per lane run on whole warps: a compile-time team width
 // turns every element offset into an immediate, which keeps those variants out of spills and ran them faster
@@ -151,7 +129,6 @@ template <typename T> constexpr bool pair_rows_pay(int vpl, bool log_softmax) {
 // Spills at 64 registers: 16-bit rows at 32 values 4-16 bytes (sm_90a), 8 on sm_80 (76-84 bytes at 80).
 template <typename T> constexpr int scalar_rows_min_blocks(int vpl) {
   const int values = vpl * RowsTraits<T>::kVec;
-  if (sizeof(T) == 8 && values == 32) return 2;  // fp64 at 16 vectors: 32 doubles take 64 registers alone
   return values == 16 || (sizeof(T) == 2 && values == 32) ? 4 : 3;
 }
 // Unaligned 16-bit softmax and log_softmax rows of one vector a lane, many of them: a second instantiation compiled
@@ -260,14 +237,6 @@ template <typename T> constexpr bool aligned_many_rows(int vpl) {
 template <typename T> constexpr int many_rows_always_live(bool aligned, int lanes, int vpl) {
   if (aligned || !many_rows_fixed_lanes<T>()) return 0;
   return lanes == 32 && vpl == 2 ? 3 : 4;
-}
-// The same for fp64's warp rows of 16 vectors a lane (kDoubleWarpMaxVpl, always a whole warp element by element): each
-// lane's first 16 elements, so those kernels run rows of >= 512 elements only (launch_plan checks forced plans; auto
-// gives them 513-1024). Local sm_90a SASS, the log_softmax kernel: with every load predicated, ptxas issued 6 of a
-// lane's 32 loads and then each of the others only after the one before it had landed (a memory round trip each).
-constexpr int kDoubleWidestAlwaysLive = 16;
-template <typename T> constexpr int widest_rows_always_live(int vpl) {
-  return std::is_same_v<T, double> && vpl > kDoubleWarpGeneralMaxVpl ? kDoubleWidestAlwaysLive : 0;
 }
 // Whether an aligned kMany instantiation steps one held pointer over its vectors (load_group / store_group's kHeld):
 // fp64's of 4 vectors a lane (the aligned_many_rows kernels, 16 and 32 lanes). Local sm_90a SASS, the

@@ -20,8 +20,7 @@
 //            only)
 //   lanes    warp: lanes per row, power of two <= 32 (0: fewest that hold the row; 32 on unaligned kernels whose
 //            team is a whole warp at compile time)
-//   vpt      warp: 16-byte vectors per lane (1, 2, 4, 8 where compiled; 16: fp64 softmax and log_softmax under the
-//            max-then-sum reduction); block/split: vectors per thread in
+//   vpt      warp: 16-byte vectors per lane (1, 2, 4, 8 where compiled); block/split: vectors per thread in
 //            registers (RowsTraits' small or large size); "small" / "large" name RowsTraits' sizes of the
 //            call's dtype (fp32 2 / 8, 16-bit 1 / 4, double 1 / 4)
 //   threads  warp/block/split/pipe: block size, multiple of 32 (warp 0: warp_rows_threads, at most 256; block 0:

@@ -1,13 +1,11 @@
 // Launchers of the row-cached kernels: map (vectors per thread, aligned) onto the compiled instantiations. Instantiated
 // per dtype: warp kernel for 1, 2, 4 (and 8 where RowsTraits allows, for 16-bit rows of logsumexp and of softmax and
-// log_softmax, aligned and on the memory's grid: kLseWarpMaxVpl, and for fp64 rows: kDoubleWarpGeneralMaxVpl; 16 for
-// fp64 softmax and log_softmax under the max-then-sum reduction, kDoubleWarpMaxVpl) vectors per lane
+// log_softmax, aligned and on the memory's grid: kLseWarpMaxVpl, and for fp64 rows: kDoubleWarpMaxVpl) vectors per lane
 // (logsumexp of unaligned 16-bit and fp32 rows on the memory's grid too: lse_rows_on_grid; 16-bit softmax and
 // log_softmax of unaligned rows at 1 vector, fp32 log_softmax at 2 and fp64 softmax and log_softmax at 2 and 4 once
 // more for many rows, on a compile-time team of 32 lanes and at 4 of 16 too: many_scalar_rows_compiled,
 // many_rows_fixed_lanes), block kernel for RowsTraits' small and large vectors per
-// thread, each aligned and scalar (and at the large size the block kernel fixed to logsumexp, and for fp64 to softmax
-// and log_softmax: softmax_block_rows_fixed_kernel).
+// thread, each aligned and scalar (and at the large size the block kernel fixed to logsumexp, kLse).
 #include <type_traits>
 
 #include <c10/util/Exception.h>
@@ -161,17 +159,7 @@ RowsKernel<T> warp_kernel(bool aligned, bool pairs, FixedRows fixed, bool on_gri
     // torch): softmax 16384x512 39.6 -> 34.2 (35.0), 32768x400 63.6-64.9 -> 51.6 (53.5-55.1), log_softmax 16384x512
     // 41.8 -> 34.3 (34.3), 32768x400 68.4-68.9 -> 52.5 (52.4-52.8). At 4 vectors a lane the aligned ones were level or
     // faster (65536x256 66.4 against 67.4, 65536x128 34.0 against 38.1).
-    // At 16 vectors (softmax and log_softmax under the max-then-sum reduction only: kDoubleWarpMaxVpl) the fixed
-    // instantiations, still element by element: the general one spilled there.
-    if constexpr (kVpl > kDoubleWarpGeneralMaxVpl) {
-      if (fixed == FixedRows::SafeSoftmax) return softmax_warp_rows_kernel<T, kVpl, false, FixedRows::SafeSoftmax>;
-      if (fixed == FixedRows::SafeLogSoftmax) {
-        return softmax_warp_rows_kernel<T, kVpl, false, FixedRows::SafeLogSoftmax>;
-      }
-      return nullptr;
-    } else {
-      return softmax_warp_rows_kernel<T, kVpl, false>;
-    }
+    return softmax_warp_rows_kernel<T, kVpl, false>;
   } else if constexpr (kVpl <= kLseWarpMaxVpl<T>) {  // 16-bit: logsumexp, and softmax / log_softmax as vectors
     if (!aligned && on_grid && (fixed == FixedRows::SafeSoftmax || fixed == FixedRows::SafeLogSoftmax)) {
       return grid_softmax_kernel<T, kVpl>(fixed);
@@ -201,34 +189,19 @@ RowsKernel<T> select_warp_kernel(int vpl, bool aligned, bool pairs, FixedRows fi
     case 2: k = warp_kernel<T, 2>(aligned, pairs, fixed, on_grid, fold, many_lanes); break;
     case 4: k = warp_kernel<T, 4>(aligned, pairs, fixed, on_grid, fold, many_lanes); break;
     case 8: k = warp_kernel<T, 8>(aligned, pairs, fixed, on_grid, fold, many_lanes); break;
-    case 16:
-      if constexpr (std::is_same_v<T, double>) k = warp_kernel<T, 16>(aligned, pairs, fixed, on_grid, fold, many_lanes);
-      break;
     default: break;
   }
   TORCH_CHECK(k != nullptr, "flash_attn_ext softmax: no warp-per-row kernel for ", vpl, " vectors per lane");
   return k;
 }
 
-// fixed: the instantiation fixed to one output for whole rows under the max-then-sum reduction (the block kernel's
-// kFixed), compiled at the large size only (what "auto" takes): logsumexp's for every dtype, softmax's and
-// log_softmax's where block_rows_fixed_compiled says.
-template <typename T> RowsKernel<T> select_block_kernel(int vpt, bool aligned, FixedRows fixed = FixedRows::General) {
+// lse: the instantiation fixed to logsumexp of whole rows (kLse), compiled at the large size only (what "auto" takes).
+template <typename T> RowsKernel<T> select_block_kernel(int vpt, bool aligned, bool lse = false) {
   constexpr int kSmall = RowsTraits<T>::kSmallVpt;
   constexpr int kLarge = RowsTraits<T>::kMaxVpt;
-  if (fixed == FixedRows::SafeLogSumExp && vpt == kLarge) {
-    return aligned ? softmax_block_rows_kernel<T, kLarge, true, FixedRows::SafeLogSumExp>
-                   : softmax_block_rows_kernel<T, kLarge, false, FixedRows::SafeLogSumExp>;
-  }
-  if constexpr (block_rows_fixed_compiled<T>()) {
-    if (fixed == FixedRows::SafeSoftmax && vpt == kLarge) {
-      return aligned ? softmax_block_rows_fixed_kernel<T, kLarge, true, FixedRows::SafeSoftmax>
-                     : softmax_block_rows_fixed_kernel<T, kLarge, false, FixedRows::SafeSoftmax>;
-    }
-    if (fixed == FixedRows::SafeLogSoftmax && vpt == kLarge) {
-      return aligned ? softmax_block_rows_fixed_kernel<T, kLarge, true, FixedRows::SafeLogSoftmax>
-                     : softmax_block_rows_fixed_kernel<T, kLarge, false, FixedRows::SafeLogSoftmax>;
-    }
+  if (lse && vpt == kLarge) {
+    return aligned ? softmax_block_rows_kernel<T, kLarge, true, true>
+                   : softmax_block_rows_kernel<T, kLarge, false, true>;
   }
   if (vpt == kSmall) {
     return aligned ? softmax_block_rows_kernel<T, kSmall, true> : softmax_block_rows_kernel<T, kSmall, false>;
@@ -273,16 +246,8 @@ template <typename T> int block_rows_blocks_per_sm(int vpt, bool aligned, int th
 template <typename T>
 void launch_block_rows(const RowsParams<T>& p, int vpt, bool aligned, int threads, int grid, cudaStream_t stream) {
   const size_t smem = aligned ? static_cast<size_t>(threads) * p.smem_vecs * 16 : 0;
-  // whole rows under the max-then-sum reduction without shared-memory vectors: an instantiation fixed to the output
-  // (logsumexp's always; softmax's and log_softmax's where block_rows_fixed says)
-  const bool whole = p.chunks == 1 && !p.online && smem == 0;
-  FixedRows fixed = FixedRows::General;
-  if (whole && p.output == SoftmaxOutput::LogSumExp) {
-    fixed = FixedRows::SafeLogSumExp;
-  } else if (whole && block_rows_fixed<T>() && vpt == RowsTraits<T>::kMaxVpt) {
-    fixed = p.output == SoftmaxOutput::Softmax ? FixedRows::SafeSoftmax : FixedRows::SafeLogSoftmax;
-  }
-  const RowsKernel<T> k = select_block_kernel<T>(vpt, aligned, fixed);
+  const bool lse = p.output == SoftmaxOutput::LogSumExp && p.chunks == 1 && !p.online && smem == 0;
+  const RowsKernel<T> k = select_block_kernel<T>(vpt, aligned, lse);
   allow_dynamic_smem(k, smem);
   // Split-row blocks (chunks > 1) wait for each other: a cooperative launch.
   launch_kernel(k, grid, threads, smem, stream, p.chunks == 1 ? LaunchKind::Plain : LaunchKind::Cooperative, p);

@@ -4,7 +4,6 @@
 //   softmax_warp_rows_kernel   short rows, one team of lanes per row, row in registers;
 //   softmax_block_rows_kernel  one block per chunk of a row, chunk in registers (+ shared memory); with one
 //                              chunk per row it is block-per-row, with several it is the split-row kernel.
-//   softmax_block_rows_fixed_kernel  its body for whole rows of one output (fp64 softmax, log_softmax), register-bound.
 // Both compute every thread's local max first and keep exp(x - local max) in registers, so softmax costs
 // one exponential per element whichever reduction runs:
 //   safe   (online == false): max reduction, then sum reduction of the terms against the row max;
@@ -207,9 +206,7 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? (kMany ? many_sca
     } else {
       // fp64 many-rows kernels: each lane's first elements without a predicate (many_rows_always_live). A team past
       // the last row reads them from the tensor's first row (offset 0), which holds them, and stores nothing.
-      constexpr int kAlwaysLive = kMany && kLanes != 0 ? many_rows_always_live<T>(kAligned, kLanes, kVpl)
-                                  : !kAligned        ? widest_rows_always_live<T>(kVpl)
-                                                     : 0;
+      constexpr int kAlwaysLive = kMany && kLanes != 0 ? many_rows_always_live<T>(kAligned, kLanes, kVpl) : 0;
       load_group<T, kVpl, kAligned, kAlwaysLive, kHeldVectors>(p.x + offset, len, 0, lanes, li, v);
     }
     // Aligned rows and fp64 rows only: the other wide-warp rows (kVpl > kMaxVpt), logsumexp's and kRawRows, are above.
@@ -277,27 +274,21 @@ __global__ void __launch_bounds__(kWarpRowsThreads, kAligned ? (kMany ? many_sca
 // bf16, 6.2 -> 6.6 fp32). On aligned 16-bit rows kLse then reduces raw vectors (packed_lse.cuh; 53 registers), and
 // fits 32 without spills, so it is bounded there (2 blocks of 1024): 53 registers (allocated as 56) held an SM to 36
 // warps, 32 with 256-thread blocks; at 32 its blocks are limited by the SM's 64 warps (or 32 blocks) instead.
-// kFixed (not General): whole rows (chunks == 1) under the max-then-sum reduction without shared-memory vectors, the
-// output fixed too (logsumexp's: kLse; softmax's and log_softmax's: block_rows_fixed, on their own kernel below).
-template <typename T, int kVpt, bool kAligned, FixedRows kFixed>
-__device__ __forceinline__ void block_rows(const RowsParams<T>& p) {
+template <typename T, int kVpt, bool kAligned, bool kLse = false>
+__global__ void __launch_bounds__(kMaxBlockThreads, kLse && kAligned && kFastExp<T> ? 2 : 1)
+    softmax_block_rows_kernel(const RowsParams<T> p) {
   begin_dependent_grid();
   using A = acc_t<T>;
   constexpr int kVec = RowsTraits<T>::kVec;
-  constexpr bool kLse = kFixed == FixedRows::SafeLogSumExp;
-  constexpr bool kGeneral = kFixed == FixedRows::General;
   extern __shared__ uint4 s_chunk[];  // slot kVpt + k of thread t at s_chunk[k * nt + t]; own slots only
   __shared__ A s_val[32];
   __shared__ OnlineState<A> s_state[kRowScratch];
   const int t = threadIdx.x;
   const int nt = blockDim.x;
-  const int smem_vecs = kAligned && kGeneral ? p.smem_vecs : 0;
-  const int chunks = kGeneral ? p.chunks : 1;
-  const bool online = kGeneral && (p.online || chunks > 1);
-  const SoftmaxOutput output = kFixed == FixedRows::SafeSoftmax      ? SoftmaxOutput::Softmax
-                               : kFixed == FixedRows::SafeLogSoftmax ? SoftmaxOutput::LogSoftmax
-                               : kLse                                ? SoftmaxOutput::LogSumExp
-                                                                     : p.output;
+  const int smem_vecs = kAligned && !kLse ? p.smem_vecs : 0;
+  const int chunks = kLse ? 1 : p.chunks;
+  const bool online = !kLse && (p.online || chunks > 1);
+  const SoftmaxOutput output = kLse ? SoftmaxOutput::LogSumExp : p.output;
   const bool keep_terms = output == SoftmaxOutput::Softmax;
   const int64_t chunk_elems = static_cast<int64_t>(nt) * (kVpt + smem_vecs) * kVec;
   const int64_t items = p.rows * chunks;
@@ -390,23 +381,6 @@ __device__ __forceinline__ void block_rows(const RowsParams<T>& p) {
       }
     }
   }
-}
-
-template <typename T, int kVpt, bool kAligned, FixedRows kFixed = FixedRows::General>
-__global__ void __launch_bounds__(kMaxBlockThreads,
-                                  kFixed == FixedRows::SafeLogSumExp && kAligned && kFastExp<T> ? 2 : 1)
-    softmax_block_rows_kernel(const RowsParams<T> p) {
-  block_rows<T, kVpt, kAligned, kFixed>(p);
-}
-
-// Softmax and log_softmax of whole rows, the output fixed (block_rows_fixed_compiled: fp64), in at most
-// kFixedBlockRowsRegisters registers (no spills, local ptxas sm_90a, session 111): three blocks of 544 threads (rows of
-// 4097 doubles) share an SM, where the general kernel's 58 held it to one. A kernel of its own: __maxnreg__ and
-// __launch_bounds__ do not go together, and the bound has no block size to name (blocks of up to 1024 threads).
-template <typename T, int kVpt, bool kAligned, FixedRows kFixed>
-__global__ void __maxnreg__(kFixedBlockRowsRegisters) softmax_block_rows_fixed_kernel(const RowsParams<T> p) {
-  static_assert(kFixed == FixedRows::SafeSoftmax || kFixed == FixedRows::SafeLogSoftmax, "logsumexp: kLse above");
-  block_rows<T, kVpt, kAligned, kFixed>(p);
 }
 
 }  // namespace softmax
